@@ -1,0 +1,153 @@
+//! How the worker moves the ticket count (DESIGN §4).
+//!
+//! `limit` is the target number of *running* holders: admitted transactions
+//! that use the server (running a statement, or blocked on a lock or I/O).
+//! Holders that wait on their own client do not use the CPUs, so while
+//! sessions are queued and the sampled running count stays below the
+//! target, one more ticket is issued per step (additive increase). When the
+//! running count goes above the target, one ticket is taken back per step
+//! by not re-issuing it at the next release (additive decrease). Tickets
+//! never leave `[limit, ceiling]`. With nobody queued, surplus tickets that
+//! nobody holds decay back towards the limit, so that a burst meets the
+//! target rather than a stale, inflated ticket count.
+//!
+//! The running count is smoothed ([`smooth`]) and compared with a margin of
+//! half a session ([`HYSTERESIS`]). A holder caught in the fraction of a
+//! millisecond between its BEGIN and its next statement looks idle to one
+//! sample; acting on that single sample would lend its place while it is
+//! about to run, and overshoot the target.
+
+/// Margin around the target, in sessions, before the controller acts.
+pub const HYSTERESIS: f64 = 0.5;
+/// Weight of the newest sample in the running average.
+pub const SMOOTHING: f64 = 0.1;
+
+/// Fold a new sample of running holders into the running average. `None`
+/// starts a new average (a queue just formed): it starts from the target,
+/// so that the first sample alone cannot make the controller act.
+pub fn smooth(avg: Option<f64>, running: u32, limit: u32) -> f64 {
+    let avg = avg.unwrap_or(limit as f64);
+    avg + SMOOTHING * (running as f64 - avg)
+}
+
+/// One sample of the gate, as the worker sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub limit: u32,
+    /// Upper bound for tickets (`limit` disables lending).
+    pub ceiling: u32,
+    pub tickets: u32,
+    pub holders: u32,
+    /// Holders seen using the server (not waiting on their client),
+    /// smoothed over recent samples.
+    pub running: f64,
+    pub queued: u32,
+}
+
+/// The ticket count for the next interval.
+pub fn next_tickets(s: Sample) -> u32 {
+    let ceiling = s.ceiling.max(s.limit);
+    let t = s.tickets.clamp(s.limit, ceiling);
+    let target = s.limit as f64;
+    let next = if s.running > target + HYSTERESIS {
+        t.saturating_sub(1)
+    } else if s.queued > 0 && s.running < target - HYSTERESIS {
+        t.saturating_add(1)
+    } else if s.queued == 0 && t > s.holders {
+        t - 1
+    } else {
+        t
+    };
+    next.clamp(s.limit, ceiling)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(tickets: u32, holders: u32, running: f64, queued: u32) -> Sample {
+        Sample { limit: 4, ceiling: 16, tickets, holders, running, queued }
+    }
+
+    #[test]
+    fn grows_while_holders_idle_and_sessions_wait() {
+        assert_eq!(next_tickets(s(4, 4, 1.0, 10)), 5);
+        assert_eq!(next_tickets(s(16, 16, 1.0, 10)), 16, "capped by the ceiling");
+    }
+
+    #[test]
+    fn shrinks_when_too_many_run() {
+        assert_eq!(next_tickets(s(8, 8, 6.0, 10)), 7);
+        assert_eq!(next_tickets(s(4, 6, 6.0, 10)), 4, "never below the limit");
+    }
+
+    #[test]
+    fn holds_at_target() {
+        assert_eq!(next_tickets(s(8, 8, 4.0, 10)), 8);
+        // Within half a session of the target: no change either way.
+        assert_eq!(next_tickets(s(8, 8, 3.6, 10)), 8);
+        assert_eq!(next_tickets(s(8, 8, 4.4, 10)), 8);
+    }
+
+    #[test]
+    fn one_transient_dip_does_not_lend() {
+        // Four holders run steadily; one sample catches one of them between
+        // statements. The average stays within the margin.
+        // Even two samples in a row that each catch two of four holders idle.
+        let mut avg = smooth(None, 2, 4);
+        avg = smooth(Some(avg), 2, 4);
+        assert_eq!(next_tickets(s(4, 4, avg, 10)), 4);
+        // A dip every tenth sample never adds up to a lent ticket.
+        for k in 0..1000 {
+            avg = smooth(Some(avg), if k % 10 == 0 { 3 } else { 4 }, 4);
+            assert_eq!(next_tickets(s(4, 4, avg, 10)), 4, "sample {k}");
+        }
+        // A holder that stays idle is lent after a few samples.
+        let mut n = 0;
+        while next_tickets(s(4, 4, avg, 10)) == 4 {
+            avg = smooth(Some(avg), 3, 4);
+            n += 1;
+        }
+        assert!(n <= 10, "{n} samples");
+    }
+
+    #[test]
+    fn a_new_average_starts_at_the_target() {
+        assert_eq!(smooth(None, 0, 4), 3.6);
+        assert_eq!(smooth(Some(0.0), 4, 4), 0.4);
+        // An idle holder with limit 1 is lent within three samples.
+        let mut avg = smooth(None, 0, 1);
+        let mut n = 1;
+        while next_tickets(Sample { limit: 1, ceiling: 8, tickets: 1, holders: 1, running: avg, queued: 1 }) == 1 {
+            avg = smooth(Some(avg), 0, 1);
+            n += 1;
+        }
+        assert!((3..=8).contains(&n), "{n} samples");
+    }
+
+    #[test]
+    fn lock_waiters_count_as_running_so_contention_never_grows_tickets() {
+        // Four holders blocked on a lock are sampled as running.
+        assert_eq!(next_tickets(s(4, 4, 4.0, 50)), 4);
+    }
+
+    #[test]
+    fn decays_towards_use_when_nobody_waits() {
+        assert_eq!(next_tickets(s(10, 3, 1.0, 0)), 9);
+        assert_eq!(next_tickets(s(5, 5, 1.0, 0)), 5);
+        assert_eq!(next_tickets(s(4, 0, 0.0, 0)), 4);
+    }
+
+    #[test]
+    fn ceiling_equal_to_limit_disables_lending() {
+        let x = Sample { limit: 2, ceiling: 2, tickets: 2, holders: 2, running: 0.0, queued: 5 };
+        assert_eq!(next_tickets(x), 2);
+    }
+
+    #[test]
+    fn out_of_range_tickets_are_pulled_back() {
+        let x = Sample { limit: 4, ceiling: 6, tickets: 20, holders: 0, running: 0.0, queued: 0 };
+        // Clamped to the ceiling, then one step of decay (nobody holds them).
+        assert_eq!(next_tickets(x), 5);
+    }
+}

@@ -1,0 +1,194 @@
+//! Effective CPUs: how many CPUs the server may really use.
+//!
+//! The affinity mask (`Cpus_allowed_list` in `/proc/self/status`) gives the
+//! CPUs the process may run on. A cgroup CPU quota can cap that further: v2
+//! `cpu.max` ("QUOTA PERIOD" or "max PERIOD"), v1 `cpu.cfs_quota_us` and
+//! `cpu.cfs_period_us` (quota -1 = unlimited). Quotas may be fractional
+//! (150000/100000 = 1.5 CPUs), and every ancestor cgroup's quota applies, so
+//! the tightest one wins. This module only parses text; the caller reads the
+//! files.
+
+/// Number of CPUs in a list such as `0-3,8,10-11`. `None` if malformed.
+pub fn parse_cpu_list(s: &str) -> Option<usize> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let mut n = 0usize;
+    for part in s.split(',') {
+        let part = part.trim();
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if b < a {
+                    return None;
+                }
+                n += b - a + 1;
+            }
+            None => {
+                part.parse::<usize>().ok()?;
+                n += 1;
+            }
+        }
+    }
+    Some(n)
+}
+
+/// The affinity CPU count from the text of `/proc/self/status`.
+pub fn affinity_from_status(status: &str) -> Option<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(parse_cpu_list)
+}
+
+/// CPUs granted by a cgroup v2 `cpu.max` file; `None` when unlimited or malformed.
+pub fn parse_cpu_max(s: &str) -> Option<f64> {
+    let mut it = s.split_whitespace();
+    let quota = it.next()?;
+    let period: f64 = it.next().map_or(Some(100_000.0), |p| p.parse().ok())?;
+    if quota == "max" || period <= 0.0 {
+        return None;
+    }
+    let quota: f64 = quota.parse().ok()?;
+    (quota > 0.0).then(|| quota / period)
+}
+
+/// CPUs granted by cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us`.
+pub fn parse_cfs(quota: &str, period: &str) -> Option<f64> {
+    let quota: i64 = quota.trim().parse().ok()?;
+    let period: i64 = period.trim().parse().ok()?;
+    (quota > 0 && period > 0).then(|| quota as f64 / period as f64)
+}
+
+/// Where this process sits in the cgroup hierarchies, from `/proc/self/cgroup`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CgroupPaths {
+    /// Path in the unified (v2) hierarchy (`0::/path`).
+    pub v2: Option<String>,
+    /// Path in the v1 hierarchy that has the `cpu` controller.
+    pub v1_cpu: Option<String>,
+}
+
+pub fn parse_proc_cgroup(s: &str) -> CgroupPaths {
+    let mut out = CgroupPaths::default();
+    for line in s.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" && ctrls.is_empty() {
+            out.v2 = Some(path.to_string());
+        } else if ctrls.split(',').any(|c| c == "cpu") {
+            out.v1_cpu = Some(path.to_string());
+        }
+    }
+    out
+}
+
+/// `path` and each of its ancestors, deepest first: `/a/b`, `/a`, `/`.
+pub fn ancestors(path: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut p = path.trim_end_matches('/').to_string();
+    while !p.is_empty() {
+        out.push(p.clone());
+        match p.rfind('/') {
+            Some(i) => p.truncate(i),
+            None => break,
+        }
+    }
+    out.push("/".to_string());
+    out
+}
+
+/// Combine the affinity count with every quota found: the smallest wins.
+pub fn effective_cpus(affinity: usize, quotas: &[f64]) -> f64 {
+    let mut cpus = affinity.max(1) as f64;
+    for &q in quotas {
+        if q > 0.0 && q < cpus {
+            cpus = q;
+        }
+    }
+    cpus
+}
+
+/// The automatic limit: `ceil(effective_cpus × per_cpu)`, at least 1.
+pub fn auto_limit(effective_cpus: f64, per_cpu: f64) -> u32 {
+    let v = (effective_cpus * per_cpu).ceil();
+    if v.is_finite() && v >= 1.0 {
+        v.min(u32::MAX as f64) as u32
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-1"), Some(2));
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(7));
+        assert_eq!(parse_cpu_list("5"), Some(1));
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("a-b"), None);
+        let status = "Name:\tpostgres\nCpus_allowed:\tff\nCpus_allowed_list:\t0-7\nMems_allowed:\t1\n";
+        assert_eq!(affinity_from_status(status), Some(8));
+    }
+
+    #[test]
+    fn cgroup_v2_cpu_max() {
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("200000 100000\n"), Some(2.0));
+        assert_eq!(parse_cpu_max("150000 100000"), Some(1.5));
+        assert_eq!(parse_cpu_max("50000"), Some(0.5), "period defaults to 100000");
+        assert_eq!(parse_cpu_max("garbage 100000"), None);
+        assert_eq!(parse_cpu_max(""), None);
+    }
+
+    #[test]
+    fn cgroup_v1_cfs() {
+        assert_eq!(parse_cfs("-1\n", "100000\n"), None);
+        assert_eq!(parse_cfs("250000", "100000"), Some(2.5));
+        assert_eq!(parse_cfs("x", "100000"), None);
+        assert_eq!(parse_cfs("100000", "0"), None);
+    }
+
+    #[test]
+    fn proc_cgroup_lines() {
+        let v2 = "0::/system.slice/postgresql.service\n";
+        assert_eq!(
+            parse_proc_cgroup(v2),
+            CgroupPaths { v2: Some("/system.slice/postgresql.service".into()), v1_cpu: None }
+        );
+        let v1 = "12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n0::/\n";
+        let p = parse_proc_cgroup(v1);
+        assert_eq!(p.v1_cpu.as_deref(), Some("/docker/abc"));
+        assert_eq!(p.v2.as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn ancestors_deepest_first() {
+        assert_eq!(ancestors("/a/b"), vec!["/a/b", "/a", "/"]);
+        assert_eq!(ancestors("/"), vec!["/"]);
+    }
+
+    #[test]
+    fn tightest_quota_wins() {
+        assert_eq!(effective_cpus(16, &[]), 16.0);
+        assert_eq!(effective_cpus(16, &[2.5, 4.0]), 2.5);
+        assert_eq!(effective_cpus(2, &[4.0]), 2.0);
+        assert_eq!(effective_cpus(0, &[]), 1.0);
+    }
+
+    #[test]
+    fn auto_limit_rounds_up() {
+        assert_eq!(auto_limit(2.0, 4.0), 8);
+        assert_eq!(auto_limit(1.5, 1.0), 2);
+        assert_eq!(auto_limit(0.5, 1.0), 1);
+        assert_eq!(auto_limit(0.1, 0.1), 1);
+        assert_eq!(auto_limit(f64::NAN, 1.0), 1);
+    }
+}

@@ -1,0 +1,21 @@
+//! pg_gatekeeper's admission core.
+//!
+//! Everything here is plain Rust with no PostgreSQL dependency, so that the
+//! rules of the gate can be unit-tested with `cargo test -p gatekeeper_core`.
+//! The extension places these `#[repr(C)]` structures in shared memory and
+//! calls them while holding its LWLock; nothing in this crate locks, sleeps,
+//! allocates on the hot path or knows about processes.
+//!
+//! - [`admission`]: the per-session slots, the FIFO queue, tickets and hand-off.
+//! - [`histogram`]: the fixed-bucket wait-time histogram and its percentiles.
+//! - [`controller`]: how the worker moves the ticket count (DESIGN §4).
+//! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
+//! - [`history`]: the fixed-size ring of periodic samples.
+
+pub mod admission;
+pub mod controller;
+pub mod cpus;
+pub mod histogram;
+pub mod history;
+
+pub use admission::{Abandon, Gate, GateHeader, Request, Slot, SlotState};

@@ -1,0 +1,344 @@
+//! The SQL surface (schema `gatekeeper`): set-returning functions and the
+//! views over them, as pg_stat_statements does.
+//!
+//! Every function copies what it needs under the shared lock and builds
+//! rows after releasing it. Every function raises 55000 with a hint if the
+//! library was not preloaded. None of them needs admission (see `monitor`).
+
+use gatekeeper_core::histogram::{Histogram, NBUCKETS};
+use gatekeeper_core::{GateHeader, Slot, SlotState};
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::shmem::{self, LimitStatus};
+use crate::session;
+
+fn ts(us: i64) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(us).ok()
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// One client backend, joined with its slot.
+struct SessionInfo {
+    pid: i32,
+    datname: Option<String>,
+    usename: Option<String>,
+    application_name: Option<String>,
+    state: &'static str,
+    slot: Option<Slot>,
+    queue_position: Option<u32>,
+    counts_as_running: Option<bool>,
+}
+
+/// A consistent copy of the gate, taken under the shared lock.
+struct Snapshot {
+    header: GateHeader,
+    status: LimitStatus,
+    slots: Vec<Slot>,
+    positions: Vec<Option<u32>>,
+    oldest_wait_us: Option<u64>,
+    now: i64,
+}
+
+fn snapshot() -> Snapshot {
+    let now = crate::now_us();
+    shmem::with_gate_shared(|l| {
+        let slots = l.gate.slots().to_vec();
+        let mut positions = vec![None; slots.len()];
+        for (pos, i) in l.gate.queue().enumerate() {
+            positions[i] = Some(pos as u32 + 1);
+        }
+        Snapshot {
+            header: *l.gate.header(),
+            status: *l.status,
+            slots,
+            positions,
+            oldest_wait_us: l.gate.oldest_wait_us(now),
+            now,
+        }
+    })
+}
+
+/// Every client backend with its gate state, hiding identifying columns of
+/// other users' sessions unless the reader may see them (as pg_stat_activity).
+fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
+    let mut out = vec![];
+    // SAFETY: pgstat's backend snapshot is local to this transaction;
+    // BackendPidGetProc returns NULL for exited backends; the name lookups
+    // return palloc'd strings or NULL. All run inside a transaction.
+    unsafe {
+        let reader = pg_sys::GetUserId();
+        let read_all = pg_sys::has_privs_of_role(reader, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS));
+        let n = pg_sys::pgstat_fetch_stat_numbackends();
+        for k in 1..=n {
+            let entry = pg_sys::pgstat_fetch_stat_local_beentry(k);
+            if entry.is_null() {
+                continue;
+            }
+            let be = &(*entry).backendStatus;
+            if be.st_backendType != pg_sys::BackendType::B_BACKEND || be.st_procpid <= 0 {
+                continue;
+            }
+            let proc_ = pg_sys::BackendPidGetProc(be.st_procpid);
+            if proc_.is_null() {
+                continue;
+            }
+            let procno = (*proc_).pgprocno as usize;
+            let slot = snap.slots.get(procno).copied().filter(|s| s.pid == be.st_procpid);
+            let in_xact = matches!(
+                be.st_state,
+                pg_sys::BackendState::STATE_IDLEINTRANSACTION | pg_sys::BackendState::STATE_IDLEINTRANSACTION_ABORTED
+            );
+            let state = match slot.map(|s| s.state) {
+                Some(SlotState::Queued) => "queued",
+                Some(SlotState::Admitted) if in_xact => "idle in transaction",
+                Some(SlotState::Admitted) => "active",
+                Some(SlotState::Exempt) => "exempt",
+                Some(SlotState::Idle) => "idle",
+                _ if session::role_is_exempt(be.st_userid) => "exempt",
+                _ => "idle",
+            };
+            let counts_as_running = (slot.map(|s| s.state) == Some(SlotState::Admitted))
+                .then(|| !crate::worker::waits_on_client(procno));
+            let visible = read_all || pg_sys::has_privs_of_role(reader, be.st_userid);
+            let (datname, usename, application_name) = if visible {
+                (
+                    cstring(pg_sys::get_database_name(be.st_databaseid)),
+                    cstring(pg_sys::GetUserNameFromId(be.st_userid, true)),
+                    cstring(be.st_appname),
+                )
+            } else {
+                (None, None, None)
+            };
+            out.push(SessionInfo {
+                pid: be.st_procpid,
+                datname,
+                usename,
+                application_name,
+                state,
+                slot,
+                queue_position: snap.positions.get(procno).copied().flatten(),
+                counts_as_running,
+            });
+        }
+    }
+    out
+}
+
+/// SAFETY: `p` must be NULL or a NUL-terminated string.
+unsafe fn cstring(p: *const std::ffi::c_char) -> Option<String> {
+    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+#[pg_extern(name = "status", parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn status() -> TableIterator<
+    'static,
+    (
+        name!(max_active, i32),
+        name!(limit_source, &'static str),
+        name!(effective_cpus, f64),
+        name!(tickets, i32),
+        name!(ticket_ceiling, i32),
+        name!(admitted, i32),
+        name!(active, i32),
+        name!(running, i32),
+        name!(idle_in_transaction, i32),
+        name!(queued, i32),
+        name!(idle, i32),
+        name!(exempt, i32),
+        name!(total_sessions, i32),
+        name!(admitted_total, i64),
+        name!(waited_total, i64),
+        name!(overflow_total, i64),
+        name!(queue_timeouts_total, i64),
+        name!(rejected_total, i64),
+        name!(queue_cancels_total, i64),
+        name!(queue_exits_total, i64),
+        name!(clients_lost_total, i64),
+        name!(wait_time_total_ms, f64),
+        name!(oldest_wait_ms, Option<f64>),
+        name!(wait_p50_ms, Option<f64>),
+        name!(wait_p95_ms, Option<f64>),
+        name!(wait_p99_ms, Option<f64>),
+        name!(wait_max_ms, Option<f64>),
+        name!(stats_reset, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let snap = snapshot();
+    let sessions = sessions_of(&snap);
+    let count = |s: &str| sessions.iter().filter(|x| x.state == s).count() as i32;
+    let h = &snap.header;
+    let c = &h.counters;
+    let q = |p: f64| h.waits.quantile_us(p).map(|us| us / 1000.0);
+    TableIterator::once((
+        h.limit as i32,
+        if snap.status.auto { "auto" } else { "manual" },
+        snap.status.effective_cpus,
+        h.tickets as i32,
+        snap.status.ceiling as i32,
+        h.holders as i32,
+        count("active"),
+        snap.status.running as i32,
+        count("idle in transaction"),
+        h.queued as i32,
+        count("idle"),
+        count("exempt"),
+        sessions.len() as i32 - count("exempt"),
+        c.admitted as i64,
+        c.waited as i64,
+        c.overflow as i64,
+        c.timeouts as i64,
+        c.rejected as i64,
+        c.cancels as i64,
+        c.exits as i64,
+        c.clients_lost as i64,
+        ms(c.wait_time_us),
+        snap.oldest_wait_us.map(ms),
+        q(0.5),
+        q(0.95),
+        q(0.99),
+        (h.waits.total() > 0).then(|| ms(h.waits.max_us)),
+        ts(h.stats_reset_us),
+    ))
+}
+
+#[pg_extern(name = "sessions", parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn sessions() -> TableIterator<
+    'static,
+    (
+        name!(pid, i32),
+        name!(datname, Option<String>),
+        name!(usename, Option<String>),
+        name!(application_name, Option<String>),
+        name!(state, &'static str),
+        name!(queue_position, Option<i32>),
+        name!(wait_start, Option<TimestampWithTimeZone>),
+        name!(wait_ms, Option<f64>),
+        name!(counts_as_running, Option<bool>),
+        name!(overflow, Option<bool>),
+        name!(transactions_admitted, Option<i64>),
+        name!(times_parked, Option<i64>),
+        name!(wait_total_ms, Option<f64>),
+        name!(last_wait_ms, Option<f64>),
+    ),
+> {
+    let snap = snapshot();
+    let rows: Vec<_> = sessions_of(&snap)
+        .into_iter()
+        .map(|s| {
+            let queued = s.slot.filter(|x| x.state == SlotState::Queued);
+            let stats = s.slot;
+            (
+                s.pid,
+                s.datname,
+                s.usename,
+                s.application_name,
+                s.state,
+                s.queue_position.map(|p| p as i32),
+                queued.and_then(|x| ts(x.wait_start_us)),
+                queued.map(|x| ms((snap.now - x.wait_start_us).max(0) as u64)),
+                s.counts_as_running,
+                s.slot.filter(|x| x.state == SlotState::Admitted).map(|x| x.overflow),
+                Some(stats.map_or(0, |x| x.xacts_admitted as i64)),
+                Some(stats.map_or(0, |x| x.times_parked as i64)),
+                Some(stats.map_or(0.0, |x| ms(x.wait_total_us))),
+                stats.filter(|x| x.times_parked > 0).map(|x| ms(x.last_wait_us)),
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+#[pg_extern(name = "wait_histogram", parallel_restricted)]
+fn wait_histogram() -> TableIterator<
+    'static,
+    (
+        name!(bucket, i32),
+        name!(lower_ms, f64),
+        name!(upper_ms, Option<f64>),
+        name!(waits, i64),
+    ),
+> {
+    let h = shmem::with_gate_shared(|l| l.gate.header().waits);
+    TableIterator::new((0..NBUCKETS).map(move |i| {
+        (
+            i as i32,
+            ms(Histogram::lower_us(i)),
+            Histogram::upper_us(i).map(ms),
+            h.counts[i] as i64,
+        )
+    }))
+}
+
+#[pg_extern(name = "history", parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn history() -> TableIterator<
+    'static,
+    (
+        name!(sample_time, Option<TimestampWithTimeZone>),
+        name!(max_active, i32),
+        name!(tickets, i32),
+        name!(admitted, i32),
+        name!(running, i32),
+        name!(idle_in_transaction, i32),
+        name!(queued, i32),
+        name!(idle, i32),
+        name!(admissions_per_sec, f64),
+        name!(queue_timeouts, i64),
+        name!(wait_p50_ms, Option<f64>),
+        name!(wait_p99_ms, Option<f64>),
+    ),
+> {
+    let samples: Vec<_> = shmem::with_gate_shared(|l| l.ring.iter(l.history).copied().collect());
+    let finite = |v: f64| v.is_finite().then_some(v / 1000.0);
+    TableIterator::new(samples.into_iter().map(move |s| {
+        (
+            ts(s.at_us),
+            s.limit as i32,
+            s.tickets as i32,
+            s.admitted as i32,
+            s.running as i32,
+            s.idle_in_transaction as i32,
+            s.queued as i32,
+            s.idle as i32,
+            s.admissions_per_s,
+            s.timeouts as i64,
+            finite(s.wait_p50_us),
+            finite(s.wait_p99_us),
+        )
+    }))
+}
+
+/// Zero the statistics. Revoked from PUBLIC.
+#[pg_extern(name = "reset", parallel_unsafe)]
+fn reset() {
+    let now = crate::now_us();
+    shmem::with_gate(|mut l| l.gate.reset_stats(now));
+}
+
+extension_sql!(
+    r#"
+CREATE VIEW gatekeeper.status AS SELECT * FROM gatekeeper.status();
+CREATE VIEW gatekeeper.sessions AS SELECT * FROM gatekeeper.sessions();
+CREATE VIEW gatekeeper.wait_histogram AS SELECT * FROM gatekeeper.wait_histogram();
+CREATE VIEW gatekeeper.history AS SELECT * FROM gatekeeper.history();
+
+COMMENT ON VIEW gatekeeper.status IS 'pg_gatekeeper: the limit, session counts by state, and totals since the last reset';
+COMMENT ON VIEW gatekeeper.sessions IS 'pg_gatekeeper: one row per client backend with its admission state';
+COMMENT ON VIEW gatekeeper.wait_histogram IS 'pg_gatekeeper: distribution of queue waits since the last reset';
+COMMENT ON VIEW gatekeeper.history IS 'pg_gatekeeper: periodic samples taken by the worker';
+
+GRANT USAGE ON SCHEMA gatekeeper TO PUBLIC;
+GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogram, gatekeeper.history TO PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.reset() FROM PUBLIC;
+"#,
+    name = "views",
+    requires = [status, sessions, wait_histogram, history, reset],
+    finalize
+);

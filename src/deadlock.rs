@@ -1,0 +1,123 @@
+//! The deadlock breaker (DESIGN §5).
+//!
+//! A parked session can hold heavyweight locks: relation locks taken by
+//! parse analysis before it parked, or session-level advisory locks. If a
+//! running backend then waits for one of those locks, it waits for a
+//! session that waits for a ticket, and PostgreSQL's deadlock detector
+//! cannot see our queue. So whenever sessions are queued and some backend
+//! waits on a lock, the worker asks the lock manager who blocks each lock
+//! waiter (`pg_blocking_pids`) and admits every parked blocker at once,
+//! over the limit, counted in `overflow_total`. This depends on neither
+//! `lock_timeout` nor `queue_timeout`.
+
+use std::collections::HashMap;
+
+use gatekeeper_core::SlotState;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::shmem;
+
+unsafe extern "C-unwind" {
+    /// The built-in behind SQL `pg_blocking_pids(int)` (utils/adt/lockfuncs.c),
+    /// declared here as the raw PGFunction that DirectFunctionCall expects.
+    #[link_name = "pg_blocking_pids"]
+    fn pg_blocking_pids_fn(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
+}
+
+/// PIDs of backends whose wait event is a heavyweight lock.
+fn lock_waiters() -> Vec<i32> {
+    let mut out = vec![];
+    // SAFETY: ProcGlobal->allProcs has allProcCount entries; pid and
+    // wait_event_info are single words read without a lock, as
+    // pg_stat_activity does. A stale read only costs one extra lookup.
+    unsafe {
+        let g = &*pg_sys::ProcGlobal;
+        for i in 0..g.allProcCount as usize {
+            let p = g.allProcs.add(i);
+            let info = std::ptr::read_volatile(&raw const (*p).wait_event_info);
+            let pid = std::ptr::read_volatile(&raw const (*p).pid);
+            if pid != 0 && info & 0xFF00_0000 == pg_sys::PG_WAIT_LOCK {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// The PIDs that block `pid`, as `pg_blocking_pids()` reports them.
+fn blocking_pids(pid: i32) -> Vec<i32> {
+    // SAFETY: pg_blocking_pids is a built-in SQL function taking an int4 and
+    // returning an int4[] without nulls; DirectFunctionCall1Coll calls it with
+    // a valid fcinfo. The result is palloc'd in the caller's memory context.
+    unsafe {
+        let d = pg_sys::DirectFunctionCall1Coll(
+            Some(pg_blocking_pids_fn),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(pid),
+        );
+        pgrx::Array::<i32>::from_polymorphic_datum(d, false, pg_sys::INT4OID)
+            .map(|a| a.iter().flatten().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Look for lock waiters blocked by parked sessions and admit those sessions.
+/// Returns whether there was anything to examine.
+pub fn break_deadlocks(now: i64) -> bool {
+    let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
+        l.gate.queue().map(|i| (l.gate.slot(i).pid, i)).collect()
+    });
+    if queued.is_empty() {
+        return false;
+    }
+    let waiters = lock_waiters();
+    if waiters.is_empty() {
+        return false;
+    }
+    let mut to_admit: Vec<(usize, i32, i32)> = vec![];
+    in_scratch_context(|| {
+        for w in waiters {
+            for b in blocking_pids(w) {
+                if let Some(&slot) = queued.get(&b) {
+                    to_admit.push((slot, b, w));
+                }
+            }
+        }
+    });
+    for (slot, pid, waiter) in to_admit {
+        let admitted = shmem::with_gate(|mut l| {
+            // The slot may have been admitted, or reused, since we looked.
+            let s = l.gate.slot(slot);
+            s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now)
+        });
+        if admitted {
+            shmem::wake(slot);
+            pgrx::log!(
+                "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
+            );
+        }
+    }
+    true
+}
+
+/// Run `f` in a memory context that is deleted afterwards, so that the
+/// arrays built by the lock manager do not accumulate in the worker.
+fn in_scratch_context(f: impl FnOnce()) {
+    // SAFETY: we create a child of the current context, switch to it for the
+    // duration of `f`, switch back and delete it; nothing allocated in it
+    // escapes (`f` copies what it keeps into Rust-owned memory).
+    unsafe {
+        let cx = pg_sys::AllocSetContextCreateInternal(
+            pg_sys::CurrentMemoryContext,
+            c"pg_gatekeeper deadlock check".as_ptr(),
+            pg_sys::ALLOCSET_DEFAULT_MINSIZE as usize,
+            pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
+            pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
+        );
+        let old = pg_sys::MemoryContextSwitchTo(cx);
+        f();
+        pg_sys::MemoryContextSwitchTo(old);
+        pg_sys::MemoryContextDelete(cx);
+    }
+}

@@ -1,0 +1,48 @@
+//! The errors pg_gatekeeper raises, each with its SQLSTATE, DETAIL and HINT.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+fn raise(code: PgSqlErrorCode, msg: String, detail: String, hint: &str) -> ! {
+    ErrorReport::new(code, msg, function_name!())
+        .set_detail(detail)
+        .set_hint(hint)
+        .report(PgLogLevel::ERROR);
+    unreachable!("ERROR returned")
+}
+
+/// 55000: the library was not loaded through shared_preload_libraries.
+pub fn not_preloaded() -> ! {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "pg_gatekeeper must be loaded via shared_preload_libraries",
+        function_name!(),
+    )
+    .set_detail("Its shared memory and hooks are set up only when the server starts with it preloaded.")
+    .set_hint("Add pg_gatekeeper to shared_preload_libraries in postgresql.conf and restart the server.")
+    .report(PgLogLevel::ERROR);
+    unreachable!("ERROR returned")
+}
+
+/// 53000: the wait in the queue exceeded `queue_timeout`.
+pub fn queue_timeout(waited_ms: u64, timeout_ms: u32, limit: u32, queued: u32) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+        "pg_gatekeeper: timed out waiting for admission".into(),
+        format!(
+            "Waited {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued."
+        ),
+        "Retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
+    )
+}
+
+/// 53400: the queue already holds `max_queued` sessions.
+pub fn queue_full(queued: u32, max_queued: u32, limit: u32) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+        "pg_gatekeeper: admission queue is full".into(),
+        format!("{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}."),
+        "Retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.",
+    )
+}

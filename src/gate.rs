@@ -1,0 +1,188 @@
+//! Taking and giving back admissions: the request, the wait in the queue,
+//! and the release at transaction end.
+//!
+//! A session parks by sleeping on its latch (wait event `Extension`). The
+//! releasing backend hands its ticket to the head of the queue under the
+//! lock and sets that waiter's latch, so a woken waiter only has to confirm
+//! that it was admitted. Every way out of the wait is accounted for:
+//! - admitted: the normal path;
+//! - `queue_timeout`: leave the queue, then ERROR 53000;
+//! - an ERROR raised by CHECK_FOR_INTERRUPTS (cancel, statement_timeout):
+//!   the unwinding `Parked` guard leaves the queue;
+//! - FATAL (terminate, lost client, postmaster death): the backend exits and
+//!   `session::on_exit` leaves the queue, since FATAL does not unwind.
+
+use std::time::Duration;
+
+use gatekeeper_core::{Abandon, Request};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::{errors, gucs, session, shmem};
+
+unsafe extern "C-unwind" {
+    /// libpq/libpq.h (PostgreSQL 14+): false when the client has gone away.
+    fn pq_check_connection() -> bool;
+}
+
+/// Longest single sleep; the loop re-checks its state at least this often
+/// even if a wake-up were lost.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// Take an admission for the current transaction, parking if needed.
+/// The caller has checked that the session is gated and not yet admitted.
+pub fn admit() {
+    let slot = session::ensure_attached();
+    if session::is_exempt(slot) {
+        return;
+    }
+    let now = crate::now_us();
+    let max_queued = gucs::max_queued();
+    let (req, limit) = shmem::with_gate(|mut l| {
+        let r = l.gate.request(slot, now, max_queued);
+        (r, l.gate.header().limit)
+    });
+    match req {
+        Request::Admitted => session::set_admitted(true),
+        Request::Rejected { queued } => errors::queue_full(queued, max_queued, limit),
+        Request::Queued { .. } => {
+            shmem::wake_worker();
+            wait(slot, now);
+        }
+    }
+}
+
+/// Leaves the queue if the wait is left by unwinding (an ERROR).
+struct Parked {
+    slot: usize,
+    armed: bool,
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if self.armed {
+            leave(self.slot, Abandon::Cancel);
+        }
+    }
+}
+
+/// Leave the queue for `why`. If the ticket was handed to us in the
+/// meantime we hold it now: remember that, so the transaction end releases it.
+/// Returns whether we left the queue (false: we are admitted).
+fn leave(slot: usize, why: Abandon) -> bool {
+    let now = crate::now_us();
+    let left = shmem::with_gate(|mut l| l.gate.abandon(slot, now, why));
+    if !left {
+        session::set_admitted(true);
+    }
+    left
+}
+
+fn wait(slot: usize, started_us: i64) {
+    let mut guard = Parked { slot, armed: true };
+    let timeout_ms = gucs::queue_timeout_ms();
+    let check_ms = gucs::client_check_interval_ms();
+    let mut next_check_us = started_us + check_ms as i64 * 1000;
+    loop {
+        let now = crate::now_us();
+        let (admitted, limit, queued) = shmem::with_gate_shared(|l| {
+            let h = l.gate.header();
+            (l.gate.is_admitted(slot), h.limit, h.queued)
+        });
+        if admitted {
+            guard.armed = false;
+            session::set_admitted(true);
+            log_wait(slot, limit, queued);
+            return;
+        }
+        let waited_ms = ((now - started_us).max(0) / 1000) as u64;
+        if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
+            guard.armed = false;
+            if leave(slot, Abandon::Timeout) {
+                errors::queue_timeout(waited_ms, timeout_ms, limit, queued.saturating_sub(1));
+            }
+            return; // admitted at the last moment
+        }
+        if check_ms > 0 && now >= next_check_us {
+            next_check_us = now + check_ms as i64 * 1000;
+            // SAFETY: pq_check_connection polls this backend's own client socket.
+            if !unsafe { pq_check_connection() } {
+                guard.armed = false;
+                leave(slot, Abandon::ClientLost);
+                // Let PostgreSQL end the backend as for any lost client:
+                // ProcessInterrupts raises FATAL "connection to client lost".
+                // SAFETY: these are the flags PostgreSQL's own client check sets.
+                unsafe {
+                    pg_sys::ClientConnectionLost = 1;
+                    pg_sys::InterruptPending = 1;
+                }
+                pg_sys::check_for_interrupts!();
+            }
+        }
+        let mut sleep = MAX_SLEEP.as_millis() as i64;
+        if timeout_ms > 0 {
+            sleep = sleep.min(timeout_ms as i64 - waited_ms as i64);
+        }
+        if check_ms > 0 {
+            sleep = sleep.min((next_check_us - now) / 1000);
+        }
+        // SAFETY: waiting on our own latch, as every PostgreSQL wait loop does.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                sleep.max(1) as _,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+/// `log_min_wait`: log waits at least that long, as log_lock_waits does.
+fn log_wait(slot: usize, limit: u32, queued: u32) {
+    let min = gucs::log_min_wait_ms();
+    if min < 0 {
+        return;
+    }
+    let waited_us = shmem::with_gate_shared(|l| l.gate.slot(slot).last_wait_us);
+    if waited_us / 1000 >= min as u64 {
+        pgrx::log!(
+            "pg_gatekeeper: process {} admitted after waiting {:.3} ms (limit {}, {} still queued)",
+            // SAFETY: MyProcPid is set at process start.
+            unsafe { pg_sys::MyProcPid },
+            waited_us as f64 / 1000.0,
+            limit,
+            queued
+        );
+    }
+}
+
+/// Give back this backend's admission, handing it to the queue's head.
+pub fn release() {
+    if !session::admitted() {
+        return;
+    }
+    session::set_admitted(false);
+    let slot = session::slot();
+    let now = crate::now_us();
+    shmem::with_gate(|mut l| l.gate.release(slot, now, &mut shmem::wake));
+}
+
+/// Transaction callback: an admission lasts until COMMIT, ROLLBACK, error
+/// abort or PREPARE TRANSACTION. Inside a gated utility statement that
+/// commits internally (VACUUM, CREATE INDEX CONCURRENTLY, a procedure's
+/// COMMIT), the admission is kept until the statement itself ends.
+#[pg_guard]
+pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
+            if session::admitted() && session::utility_depth() == 0 {
+                release();
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,317 @@
+//! Every `pg_gatekeeper.*` setting: storage, registration and typed accessors.
+//!
+//! Contexts follow one rule: POSTMASTER for what sizes shared memory, SIGHUP
+//! for cluster policy, SUSET for what could step around the gate.
+//! Out-of-range and malformed values are refused by PostgreSQL itself with
+//! SQLSTATE 22023; the check hooks here add a HINT for the values that need
+//! more than a range check.
+
+use std::cell::Cell;
+use std::ffi::{CStr, CString};
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// Gate this session's transactions. SUSET: only a superuser can step around the gate.
+static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Target number of running transactions; 0 derives it from the CPUs.
+static MAX_ACTIVE: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Running transactions per effective CPU, when `max_active` is 0.
+static ACTIVE_PER_CPU: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU);
+/// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
+static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Longest wait in the queue, in ms; 0 waits forever.
+static QUEUE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_QUEUE_TIMEOUT_MS);
+/// Most sessions allowed in the queue; 0 = unlimited.
+static MAX_QUEUED: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Superusers are never gated.
+static EXEMPT_SUPERUSERS: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Comma-separated roles whose members are never gated.
+static EXEMPT_ROLES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
+/// How often a parked session checks that its client is still there, in ms; 0 = never.
+static CLIENT_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// Log every wait at least this long, in ms; -1 = off.
+static LOG_MIN_WAIT: GucSetting<i32> = GucSetting::<i32>::new(-1);
+/// How often the worker samples holders while sessions are queued, in ms.
+static SAMPLE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_SAMPLE_INTERVAL_MS);
+/// How often the worker records a history sample, in ms.
+static HISTORY_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
+/// Number of history samples kept in shared memory.
+static HISTORY_SIZE: GucSetting<i32> = GucSetting::<i32>::new(600);
+
+pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
+pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
+pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
+/// Automatic ticket ceiling: this many times the limit.
+pub const AUTO_TICKETS_FACTOR: u32 = 8;
+/// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
+const MAX_BACKENDS: i32 = 0x3FFFF;
+
+thread_local! {
+    /// Bumped by the assign hooks of settings that decide exemption, so that
+    /// each backend re-decides after a reload.
+    static EXEMPTION_GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+pub fn init() {
+    GucRegistry::define_bool_guc(
+        c"pg_gatekeeper.enabled",
+        c"Gate this session's transactions through the admission queue.",
+        c"Only superusers may turn it off for their own session; the cluster default applies to everyone else.",
+        &ENABLED,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.max_active",
+        c"Target number of concurrently running gated transactions (0 = derive from the CPUs).",
+        c"With 0, the limit is ceil(effective CPUs x pg_gatekeeper.active_per_cpu).",
+        &MAX_ACTIVE,
+        0,
+        MAX_BACKENDS,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"pg_gatekeeper.active_per_cpu",
+        c"Running transactions per effective CPU when pg_gatekeeper.max_active is 0.",
+        c"",
+        &ACTIVE_PER_CPU,
+        0.1,
+        1000.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.max_tickets",
+        c"Most admissions at once, counting holders that wait on their client (0 = automatic).",
+        c"Holders that are idle in transaction lend their place; this caps how far. \
+          0 means 8 times the limit; a value at or below the limit disables lending.",
+        &MAX_TICKETS,
+        0,
+        MAX_BACKENDS,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.queue_timeout",
+        c"Longest time a transaction waits in the admission queue (0 = forever).",
+        c"The wait ends with an ERROR (SQLSTATE 53000); the session stays usable.",
+        &QUEUE_TIMEOUT,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.max_queued",
+        c"Most sessions allowed to wait in the admission queue (0 = unlimited).",
+        c"Requests beyond it are refused at once with SQLSTATE 53400.",
+        &MAX_QUEUED,
+        0,
+        MAX_BACKENDS,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    // SAFETY: the assign hook is a #[pg_guard] extern fn that only touches a thread-local.
+    unsafe {
+        GucRegistry::define_bool_guc_with_hooks(
+            c"pg_gatekeeper.exempt_superusers",
+            c"Never gate sessions whose session user is a superuser.",
+            c"",
+            &EXEMPT_SUPERUSERS,
+            GucContext::Sighup,
+            GucFlags::default(),
+            None,
+            Some(assign_exempt_superusers),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_gatekeeper.exempt_roles",
+            c"Comma-separated roles whose members are never gated.",
+            c"Roles that do not exist are ignored.",
+            &EXEMPT_ROLES,
+            GucContext::Sighup,
+            GucFlags::from_bits_retain(pg_sys::GUC_LIST_INPUT as i32),
+            Some(check_exempt_roles),
+            Some(assign_exempt_roles),
+            None,
+        );
+    }
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.client_check_interval",
+        c"How often a parked session checks that its client is still connected (0 = never).",
+        c"",
+        &CLIENT_CHECK_INTERVAL,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.log_min_wait",
+        c"Log each admission wait at least this long (-1 = off).",
+        c"",
+        &LOG_MIN_WAIT,
+        -1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.sample_interval",
+        c"How often the worker samples admitted sessions while others are queued.",
+        c"",
+        &SAMPLE_INTERVAL,
+        1,
+        10_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.history_interval",
+        c"How often the worker records a sample into gatekeeper.history.",
+        c"",
+        &HISTORY_INTERVAL,
+        10,
+        3_600_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.history_size",
+        c"Number of samples kept in gatekeeper.history (0 = none).",
+        c"",
+        &HISTORY_SIZE,
+        0,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    // SAFETY: called once from _PG_init with a static, NUL-terminated prefix.
+    unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_gatekeeper".as_ptr()) };
+}
+
+pub fn enabled() -> bool {
+    ENABLED.get()
+}
+pub fn max_active() -> u32 {
+    MAX_ACTIVE.get() as u32
+}
+pub fn active_per_cpu() -> f64 {
+    ACTIVE_PER_CPU.get()
+}
+pub fn max_tickets() -> u32 {
+    MAX_TICKETS.get() as u32
+}
+pub fn queue_timeout_ms() -> u32 {
+    QUEUE_TIMEOUT.get() as u32
+}
+pub fn max_queued() -> u32 {
+    MAX_QUEUED.get() as u32
+}
+pub fn exempt_superusers() -> bool {
+    EXEMPT_SUPERUSERS.get()
+}
+pub fn client_check_interval_ms() -> u32 {
+    CLIENT_CHECK_INTERVAL.get() as u32
+}
+pub fn log_min_wait_ms() -> i32 {
+    LOG_MIN_WAIT.get()
+}
+pub fn sample_interval_ms() -> u32 {
+    SAMPLE_INTERVAL.get() as u32
+}
+pub fn history_interval_ms() -> u32 {
+    HISTORY_INTERVAL.get() as u32
+}
+pub fn history_size() -> usize {
+    HISTORY_SIZE.get() as usize
+}
+
+/// The roles listed in `exempt_roles`, parsed as PostgreSQL identifiers.
+/// Allocates; call it only when exemption must be decided again.
+pub fn exempt_roles() -> Vec<String> {
+    EXEMPT_ROLES
+        .get()
+        .and_then(|s| split_identifiers(&s))
+        .unwrap_or_default()
+}
+
+/// A counter that changes whenever a setting that decides exemption changes.
+pub fn exemption_generation() -> u64 {
+    EXEMPTION_GENERATION.with(|g| g.get())
+}
+
+fn bump_exemption_generation() {
+    EXEMPTION_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+}
+
+/// Split a comma-separated identifier list the way PostgreSQL does
+/// (`SplitIdentifierString`: quoting, case folding). `None` if malformed.
+fn split_identifiers(s: &CStr) -> Option<Vec<String>> {
+    // SplitIdentifierString scribbles on its input: give it a palloc'd copy.
+    // SAFETY: pstrdup copies a NUL-terminated string into the current memory
+    // context; SplitIdentifierString only reads and modifies that copy and
+    // returns a List of pointers into it, which we copy out before returning.
+    unsafe {
+        let raw = pg_sys::pstrdup(s.as_ptr());
+        let mut list: *mut pg_sys::List = std::ptr::null_mut();
+        let ok = pg_sys::SplitIdentifierString(raw, b',' as _, &mut list);
+        let mut out = vec![];
+        if ok && !list.is_null() {
+            let n = (*list).length;
+            for k in 0..n {
+                let cell = (*list).elements.add(k as usize);
+                let name = CStr::from_ptr((*cell).ptr_value as *const std::ffi::c_char);
+                out.push(name.to_string_lossy().into_owned());
+            }
+        }
+        if !list.is_null() {
+            pg_sys::list_free(list);
+        }
+        pg_sys::pfree(raw.cast());
+        ok.then_some(out)
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_exempt_roles(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: PostgreSQL passes a valid pointer to the proposed value, which
+    // is a NUL-terminated string or NULL.
+    let val = unsafe { *newval };
+    if val.is_null() {
+        return true;
+    }
+    // SAFETY: checked non-null above; PostgreSQL owns the string for the call.
+    let s = unsafe { CStr::from_ptr(val) };
+    if split_identifiers(s).is_some() {
+        return true;
+    }
+    // SAFETY: the GUC_check_* strings are read by the caller right after we
+    // return false; pstrdup puts them in the current memory context as guc.c expects.
+    unsafe {
+        pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+        pg_sys::GUC_check_errdetail_string =
+            pg_sys::pstrdup(c"The value is not a valid list of role names.".as_ptr());
+        pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(
+            c"List role names separated by commas, double-quoting names that contain commas, spaces or capitals, e.g. 'app_admin, \"Reporting\"'.".as_ptr(),
+        );
+    }
+    false
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_exempt_roles(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    bump_exemption_generation();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_exempt_superusers(_newval: bool, _extra: *mut std::ffi::c_void) {
+    bump_exemption_generation();
+}

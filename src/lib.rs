@@ -1,0 +1,47 @@
+//! pg_gatekeeper: in-server admission control for PostgreSQL.
+//!
+//! Module map (DESIGN §9): the pure admission core is the `gatekeeper_core`
+//! crate; this crate is the glue and the SQL surface.
+//! - [`gucs`]: every setting.
+//! - [`shmem`]: the shared segment and its lock.
+//! - [`session`]: this backend's slot, exemption, exit cleanup.
+//! - [`gate`]: taking, waiting for and releasing admissions.
+//! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
+//! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties.
+//! - [`api`]: views and functions; [`errors`]: every error we raise.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use pgrx::prelude::*;
+
+mod api;
+mod deadlock;
+mod errors;
+mod gate;
+mod gucs;
+mod hooks;
+mod limit;
+mod monitor;
+mod session;
+mod shmem;
+mod worker;
+
+pgrx::pg_module_magic!();
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    // SAFETY: a plain global set by the postmaster while it loads
+    // shared_preload_libraries.
+    if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        errors::not_preloaded();
+    }
+    gucs::init();
+    shmem::init();
+    hooks::init();
+    worker::register();
+}
+
+/// The current time in microseconds (PostgreSQL's TimestampTz).
+pub fn now_us() -> i64 {
+    // SAFETY: GetCurrentTimestamp only reads the clock.
+    unsafe { pg_sys::GetCurrentTimestamp() }
+}

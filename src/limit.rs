@@ -1,0 +1,74 @@
+//! Resolving the limit: effective CPUs from affinity and cgroup quotas, and
+//! `max_active` / `active_per_cpu` / `max_tickets` into numbers.
+//!
+//! Only reads files (`/proc/self/status`, `/proc/self/cgroup`, the cgroup
+//! filesystem); the parsing rules live in `gatekeeper_core::cpus`.
+
+use std::fs;
+
+use gatekeeper_core::cpus;
+
+use crate::gucs;
+
+/// The limit and where it came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Resolved {
+    pub limit: u32,
+    pub ceiling: u32,
+    pub effective_cpus: f64,
+    /// Derived from the CPUs (`max_active = 0`) rather than set by hand.
+    pub auto: bool,
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// CPUs this process may use: the affinity mask, capped by every cgroup
+/// quota on the way from its cgroup to the root.
+pub fn effective_cpus() -> f64 {
+    let affinity = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| cpus::affinity_from_status(&s))
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1);
+    let mut quotas = vec![];
+    if let Ok(text) = fs::read_to_string("/proc/self/cgroup") {
+        let paths = cpus::parse_proc_cgroup(&text);
+        if let Some(p) = paths.v2 {
+            for dir in cpus::ancestors(&p) {
+                if let Ok(s) = fs::read_to_string(format!("{CGROUP_ROOT}{dir}/cpu.max")) {
+                    quotas.extend(cpus::parse_cpu_max(&s));
+                }
+            }
+        }
+        if let Some(p) = paths.v1_cpu {
+            for mount in ["cpu,cpuacct", "cpu"] {
+                for dir in cpus::ancestors(&p) {
+                    let base = format!("{CGROUP_ROOT}/{mount}{dir}");
+                    if let (Ok(q), Ok(per)) = (
+                        fs::read_to_string(format!("{base}/cpu.cfs_quota_us")),
+                        fs::read_to_string(format!("{base}/cpu.cfs_period_us")),
+                    ) {
+                        quotas.extend(cpus::parse_cfs(&q, &per));
+                    }
+                }
+            }
+        }
+    }
+    cpus::effective_cpus(affinity, &quotas)
+}
+
+/// Resolve the settings now in force into a limit and a ticket ceiling.
+pub fn resolve() -> Resolved {
+    let effective_cpus = effective_cpus();
+    let manual = gucs::max_active();
+    let (limit, auto) = if manual > 0 {
+        (manual, false)
+    } else {
+        (cpus::auto_limit(effective_cpus, gucs::active_per_cpu()), true)
+    };
+    let ceiling = match gucs::max_tickets() {
+        0 => limit.saturating_mul(gucs::AUTO_TICKETS_FACTOR),
+        n => n.max(limit),
+    };
+    Resolved { limit, ceiling, effective_cpus, auto }
+}

@@ -1,0 +1,169 @@
+//! Recognising monitoring queries: a SELECT whose every range-table entry is
+//! one of pg_gatekeeper's own views or functions (objects in the
+//! `gatekeeper` schema) and that calls no volatile function anywhere else.
+//! Such a query needs no admission, so that a DBA can always look at the
+//! gate, even when it is full. Anything else, `SELECT pg_sleep(10) FROM
+//! gatekeeper.status` included, is gated as usual.
+//!
+//! The test is made twice: on the analysed Query (post_parse_analyze and
+//! planner), and on the PlannedStmt (ExecutorStart), because a prepared
+//! statement's later executions fire only ExecutorStart. Both reject
+//! quickly on the first ordinary table, so ordinary queries pay one branch
+//! per range-table entry.
+
+use pgrx::pg_sys;
+use pgrx::pg_sys::NodeTag;
+
+/// Schema that holds the extension's objects (the control file fixes it).
+const SCHEMA: &std::ffi::CStr = c"gatekeeper";
+
+/// Lazily looked-up OID of our schema, `None` when it does not exist.
+struct Schema(Option<Option<pg_sys::Oid>>);
+
+impl Schema {
+    fn oid(&mut self) -> Option<pg_sys::Oid> {
+        *self.0.get_or_insert_with(|| {
+            // SAFETY: a syscache lookup by name; we are inside a transaction.
+            let oid = unsafe { pg_sys::get_namespace_oid(SCHEMA.as_ptr(), true) };
+            (oid != pg_sys::InvalidOid).then_some(oid)
+        })
+    }
+    fn owns_relation(&mut self, relid: pg_sys::Oid) -> bool {
+        // SAFETY: syscache lookup of a relation's namespace.
+        self.oid().is_some_and(|s| unsafe { pg_sys::get_rel_namespace(relid) } == s)
+    }
+    fn owns_function(&mut self, funcid: pg_sys::Oid) -> bool {
+        // SAFETY: syscache lookup of a function's namespace.
+        self.oid().is_some_and(|s| unsafe { pg_sys::get_func_namespace(funcid) } == s)
+    }
+}
+
+/// Iterate the elements of a PostgreSQL pointer List.
+///
+/// SAFETY: `list` must be NIL or a valid List of pointers that outlives the iterator.
+unsafe fn list_ptrs<T>(list: *mut pg_sys::List) -> impl Iterator<Item = *mut T> {
+    let n = if list.is_null() { 0 } else { unsafe { (*list).length } };
+    (0..n).map(move |k| unsafe { (*(*list).elements.add(k as usize)).ptr_value as *mut T })
+}
+
+/// Whether every range-table entry is ours or neutral, with at least one ours.
+///
+/// SAFETY: `rtable` must be a valid List of RangeTblEntry.
+unsafe fn rtable_is_ours(rtable: *mut pg_sys::List, schema: &mut Schema, nested: bool) -> Option<bool> {
+    let mut ours = false;
+    // SAFETY: per the caller, every element is a RangeTblEntry.
+    for rte in unsafe { list_ptrs::<pg_sys::RangeTblEntry>(rtable) } {
+        let rte = unsafe { &*rte };
+        match rte.rtekind {
+            pg_sys::RTEKind::RTE_RELATION => {
+                // Views only: any table, ours or not, means real work.
+                if rte.relkind != pg_sys::RELKIND_VIEW as std::ffi::c_char || !schema.owns_relation(rte.relid) {
+                    return None;
+                }
+                ours = true;
+            }
+            pg_sys::RTEKind::RTE_FUNCTION => {
+                for f in unsafe { list_ptrs::<pg_sys::RangeTblFunction>(rte.functions) } {
+                    let expr = unsafe { (*f).funcexpr };
+                    if expr.is_null() || unsafe { (*expr).type_ } != NodeTag::T_FuncExpr {
+                        return None;
+                    }
+                    let funcid = unsafe { (*(expr as *mut pg_sys::FuncExpr)).funcid };
+                    if !schema.owns_function(funcid) {
+                        return None;
+                    }
+                }
+                ours = true;
+            }
+            pg_sys::RTEKind::RTE_SUBQUERY if nested => {
+                // A view expanded by the rewriter, or a subquery in FROM.
+                if rte.subquery.is_null() || !unsafe { is_monitoring_query_in(rte.subquery, schema) } {
+                    return None;
+                }
+                ours = true;
+            }
+            pg_sys::RTEKind::RTE_SUBQUERY | pg_sys::RTEKind::RTE_JOIN | pg_sys::RTEKind::RTE_RESULT => {}
+            _ => return None,
+        }
+    }
+    Some(ours)
+}
+
+/// SAFETY: `node` must be NULL or a valid expression tree.
+unsafe fn volatile(node: *mut pg_sys::Node) -> bool {
+    !node.is_null() && unsafe { pg_sys::contain_volatile_functions(node) }
+}
+
+unsafe fn is_monitoring_query_in(query: *mut pg_sys::Query, schema: &mut Schema) -> bool {
+    // SAFETY: the caller passes a valid analysed Query.
+    unsafe {
+        let q = &*query;
+        if q.commandType != pg_sys::CmdType::CMD_SELECT
+            || !q.utilityStmt.is_null()
+            || q.hasSubLinks
+            || !q.cteList.is_null()
+            || q.rtable.is_null()
+        {
+            return false;
+        }
+        // Cheap rejection first: the first ordinary table ends the test.
+        if rtable_is_ours(q.rtable, schema, true) != Some(true) {
+            return false;
+        }
+        let quals = if q.jointree.is_null() { std::ptr::null_mut() } else { (*q.jointree).quals };
+        !volatile(q.targetList.cast()) && !volatile(quals) && !volatile(q.havingQual)
+    }
+}
+
+/// Whether an analysed Query only reads pg_gatekeeper's own objects.
+///
+/// # Safety
+/// `query` must be a valid analysed Query, inside a transaction.
+pub unsafe fn is_monitoring_query(query: *mut pg_sys::Query) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { is_monitoring_query_in(query, &mut Schema(None)) }
+}
+
+/// SAFETY: `plan` must be NULL or a valid Plan tree.
+unsafe fn plan_is_clean(plan: *mut pg_sys::Plan) -> bool {
+    if plan.is_null() {
+        return true;
+    }
+    // SAFETY: per the caller, `plan` is a valid Plan node; children are walked
+    // only through the fields of the node types we recognise.
+    unsafe {
+        let p = &*plan;
+        if volatile(p.targetlist.cast()) || volatile(p.qual.cast()) {
+            return false;
+        }
+        let extra_ok = match p.type_ {
+            NodeTag::T_SubqueryScan => plan_is_clean((*(plan as *mut pg_sys::SubqueryScan)).subplan),
+            NodeTag::T_Append => {
+                list_ptrs::<pg_sys::Plan>((*(plan as *mut pg_sys::Append)).appendplans).all(|c| plan_is_clean(c))
+            }
+            // Nodes whose children live elsewhere are not worth recognising.
+            NodeTag::T_MergeAppend | NodeTag::T_CustomScan | NodeTag::T_BitmapAnd | NodeTag::T_BitmapOr => false,
+            _ => true,
+        };
+        extra_ok && plan_is_clean(p.lefttree) && plan_is_clean(p.righttree)
+    }
+}
+
+/// Whether a planned statement only reads pg_gatekeeper's own objects.
+///
+/// # Safety
+/// `stmt` must be a valid PlannedStmt, inside a transaction.
+pub unsafe fn is_monitoring_plan(stmt: *mut pg_sys::PlannedStmt) -> bool {
+    // SAFETY: forwarded from the caller; the flattened range table holds every
+    // relation and function the plan (subplans included) reads.
+    unsafe {
+        let s = &*stmt;
+        if s.commandType != pg_sys::CmdType::CMD_SELECT || !s.utilityStmt.is_null() || s.hasModifyingCTE {
+            return false;
+        }
+        if rtable_is_ours(s.rtable, &mut Schema(None), false) != Some(true) {
+            return false;
+        }
+        plan_is_clean(s.planTree) && list_ptrs::<pg_sys::Plan>(s.subplans).all(|p| plan_is_clean(p))
+    }
+}

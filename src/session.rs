@@ -1,0 +1,159 @@
+//! This backend's own view of the gate: its slot, whether it holds an
+//! admission, whether it is exempt, and the exit callback that cleans up.
+//!
+//! The shared slot is the truth; the flags here are a per-process cache that
+//! keeps the hot path free of locks. `admitted` is set whenever this backend
+//! may hold an admission, so releasing is never skipped; releasing a slot
+//! that holds none is a no-op in the core.
+
+use std::cell::Cell;
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::{gucs, shmem};
+
+struct Local {
+    /// Our slot has been attached in shared memory.
+    attached: Cell<bool>,
+    /// Our PGPROC number, the index of our slot.
+    slot: Cell<usize>,
+    /// We may hold an admission.
+    admitted: Cell<bool>,
+    /// Cached exemption decision, and the settings generation it was made at.
+    exempt: Cell<Option<(bool, u64)>>,
+    /// Depth of gated utility statements being executed; while above zero,
+    /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
+    utility_depth: Cell<u32>,
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            attached: Cell::new(false),
+            slot: Cell::new(0),
+            admitted: Cell::new(false),
+            exempt: Cell::new(None),
+            utility_depth: Cell::new(0),
+        }
+    };
+}
+
+/// Whether this process is a client backend (the only kind that is gated).
+pub fn is_client_backend() -> bool {
+    // SAFETY: MyBackendType is set once at process start and only read here.
+    unsafe { pg_sys::MyBackendType == pg_sys::BackendType::B_BACKEND }
+}
+
+pub fn admitted() -> bool {
+    LOCAL.with(|l| l.admitted.get())
+}
+
+pub fn set_admitted(v: bool) {
+    LOCAL.with(|l| l.admitted.set(v));
+}
+
+pub fn slot() -> usize {
+    LOCAL.with(|l| l.slot.get())
+}
+
+pub fn utility_depth() -> u32 {
+    LOCAL.with(|l| l.utility_depth.get())
+}
+
+/// Marks a gated utility statement in progress; undone on drop (unwinding too).
+pub struct UtilityScope(());
+
+impl UtilityScope {
+    pub fn enter() -> Self {
+        LOCAL.with(|l| l.utility_depth.set(l.utility_depth.get() + 1));
+        UtilityScope(())
+    }
+}
+
+impl Drop for UtilityScope {
+    fn drop(&mut self) {
+        let depth = LOCAL.with(|l| {
+            let d = l.utility_depth.get().saturating_sub(1);
+            l.utility_depth.set(d);
+            d
+        });
+        // An error between two internal transactions of a multi-transaction
+        // command leaves no transaction to abort, so no transaction callback
+        // will release for us: do it here.
+        // SAFETY: IsTransactionState only reads backend-local state.
+        if depth == 0 && admitted() && !unsafe { pg_sys::IsTransactionState() } {
+            crate::gate::release();
+        }
+    }
+}
+
+/// Attach our slot on first use and register the exit callback.
+pub fn ensure_attached() -> usize {
+    if let Some(i) = LOCAL.with(|l| l.attached.get().then(|| l.slot.get())) {
+        return i;
+    }
+    // SAFETY: MyProc is valid in a client backend; pgprocno < MaxBackends for
+    // regular backends, the size of the slot array.
+    let (i, pid) = unsafe { ((*pg_sys::MyProc).pgprocno as usize, pg_sys::MyProcPid) };
+    shmem::with_gate(|mut l| l.gate.attach(i, pid, false));
+    LOCAL.with(|l| {
+        l.slot.set(i);
+        l.attached.set(true);
+    });
+    // SAFETY: registering a plain extern "C" callback; it runs at backend exit
+    // before shared memory is detached, on FATAL and normal exits alike.
+    unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(0)) };
+    i
+}
+
+/// Whether this session is exempt, deciding again after a reload changed
+/// the exemption settings. Needs a transaction (catalog lookups).
+pub fn is_exempt(slot: usize) -> bool {
+    let generation = gucs::exemption_generation();
+    if let Some((v, g)) = LOCAL.with(|l| l.exempt.get()) {
+        if g == generation {
+            return v;
+        }
+    }
+    // SAFETY: GetSessionUserId is valid after InitPostgres.
+    let exempt = role_is_exempt(unsafe { pg_sys::GetSessionUserId() });
+    LOCAL.with(|l| l.exempt.set(Some((exempt, generation))));
+    shmem::with_gate(|mut l| l.gate.set_exempt(slot, exempt));
+    exempt
+}
+
+/// Whether `role` is exempt under the settings now in force.
+pub fn role_is_exempt(role: pg_sys::Oid) -> bool {
+    // SAFETY: superuser_arg, get_role_oid and is_member_of_role read the
+    // catalogs through syscache, which needs (and has) a transaction here.
+    unsafe {
+        if gucs::exempt_superusers() && pg_sys::superuser_arg(role) {
+            return true;
+        }
+        for name in gucs::exempt_roles() {
+            let Ok(c) = std::ffi::CString::new(name) else { continue };
+            let oid = pg_sys::get_role_oid(c.as_ptr(), true);
+            if oid != pg_sys::InvalidOid && pg_sys::is_member_of_role(role, oid) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Backend exit, FATAL included: leave the queue or hand the admission on.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_exit(_code: i32, _arg: pg_sys::Datum) {
+    if !LOCAL.with(|l| l.attached.get()) {
+        return;
+    }
+    shmem::release_if_held();
+    let i = slot();
+    let now = crate::now_us();
+    shmem::with_gate(|mut l| l.gate.detach(i, now, &mut shmem::wake));
+    LOCAL.with(|l| {
+        l.attached.set(false);
+        l.admitted.set(false);
+    });
+}

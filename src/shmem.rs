@@ -1,0 +1,244 @@
+//! The shared-memory segment: layout, creation, and locked access.
+//!
+//! Layout (one `ShmemInitStruct` named "pg_gatekeeper", MAXALIGNed parts):
+//! `Shared` header | `[Slot; nslots]` (one per PGPROC number below
+//! MaxBackends) | `[HistorySample; history_cap]`.
+//!
+//! Locking protocol:
+//! - `Shared::lock` (one LWLock of the "pg_gatekeeper" tranche) guards the
+//!   gate header, every slot, the history ring and `status`. Every change
+//!   takes it in exclusive mode through [`with_gate`]; readers that need a
+//!   consistent picture (the views) take it in shared mode through
+//!   [`with_gate_shared`], copy what they need, and build tuples only after
+//!   releasing it. Nothing that can raise an ERROR or sleep runs under it.
+//! - `nslots`, `history_cap` and `lock` are written once, by the postmaster
+//!   at startup, and read without the lock afterwards.
+//! - `worker_procno` is an atomic so that a parking backend can wake the
+//!   worker without the lock.
+//!
+//! After a crash the postmaster reinitialises shared memory and this module
+//! starts from an empty gate (the startup hook sees `found == false`).
+
+use std::mem::{align_of, size_of};
+use std::ptr;
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+
+use gatekeeper_core::history::{HistorySample, Ring};
+use gatekeeper_core::{Gate, GateHeader, Slot};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::{gucs, limit};
+
+/// The fixed-size part of the segment.
+#[repr(C)]
+pub struct Shared {
+    lock: *mut pg_sys::LWLock,
+    nslots: u32,
+    history_cap: u32,
+    /// PGPROC number of the worker, -1 while it is not running.
+    pub worker_procno: AtomicI32,
+    pub header: GateHeader,
+    pub status: LimitStatus,
+    pub ring: Ring,
+}
+
+/// Where the limit came from and what the worker last saw; under the lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LimitStatus {
+    pub effective_cpus: f64,
+    /// True when the limit was derived from the CPUs (`max_active = 0`).
+    pub auto: bool,
+    /// Ceiling applied to tickets.
+    pub ceiling: u32,
+    /// Holders sampled as using the server at the last sample.
+    pub running: u32,
+    /// Smoothed running count while a queue exists; NaN when none.
+    pub running_avg: f64,
+    /// When the worker last sampled, microseconds (0 = never).
+    pub sampled_at_us: i64,
+}
+
+static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
+static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
+static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
+
+const NAME: &std::ffi::CStr = c"pg_gatekeeper";
+
+fn align(n: usize) -> usize {
+    let a = align_of::<u64>().max(pg_sys::MAXIMUM_ALIGNOF as usize);
+    n.div_ceil(a) * a
+}
+
+fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize) {
+    let slots_at = align(size_of::<Shared>());
+    let history_at = align(slots_at + nslots * size_of::<Slot>());
+    let total = align(history_at + history_cap * size_of::<HistorySample>());
+    (slots_at, history_at, total)
+}
+
+/// Install the shared-memory hooks. Called once from `_PG_init`.
+pub fn init() {
+    // SAFETY: _PG_init runs single-threaded in the postmaster before any
+    // hook can fire; we save the previous hooks and chain to them.
+    unsafe {
+        PREV_SHMEM_REQUEST = pg_sys::shmem_request_hook;
+        pg_sys::shmem_request_hook = Some(shmem_request);
+        PREV_SHMEM_STARTUP = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(shmem_startup);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn shmem_request() {
+    // SAFETY: called by the postmaster in its shmem request phase, where
+    // MaxBackends is set and requesting space and tranches is allowed.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST {
+            pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
+        }
+        let (_, _, total) = offsets(pg_sys::MaxBackends as usize, gucs::history_size());
+        pg_sys::RequestAddinShmemSpace(total);
+        pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 1);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn shmem_startup() {
+    // SAFETY: called in the postmaster (and after a crash restart) with shared
+    // memory available; AddinShmemInitLock serialises ShmemInitStruct.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP {
+            pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
+        }
+        let nslots = pg_sys::MaxBackends as usize;
+        let history_cap = gucs::history_size();
+        let (_, _, total) = offsets(nslots, history_cap);
+        let addin_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        pg_sys::LWLockAcquire(addin_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let p = pg_sys::ShmemInitStruct(NAME.as_ptr(), total, &mut found) as *mut Shared;
+        if !found {
+            ptr::write_bytes(p as *mut u8, 0, total);
+            (*p).lock = &raw mut (*pg_sys::GetNamedLWLockTranche(NAME.as_ptr())).lock;
+            (*p).nslots = nslots as u32;
+            (*p).history_cap = history_cap as u32;
+            (*p).worker_procno = AtomicI32::new(-1);
+            let resolved = limit::resolve();
+            (*p).status = LimitStatus {
+                effective_cpus: resolved.effective_cpus,
+                auto: resolved.auto,
+                ceiling: resolved.ceiling,
+                running_avg: f64::NAN,
+                ..LimitStatus::default()
+            };
+            let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
+            Gate::new(&mut (*p).header, slots).init(resolved.limit, crate::now_us());
+        }
+        pg_sys::LWLockRelease(addin_lock);
+        SHARED.store(p, Ordering::Release);
+    }
+}
+
+fn shared_ptr() -> *mut Shared {
+    let p = SHARED.load(Ordering::Acquire);
+    if p.is_null() {
+        crate::errors::not_preloaded();
+    }
+    p
+}
+
+/// The lock-free parts of the segment.
+pub fn shared() -> &'static Shared {
+    // SAFETY: the segment lives as long as the process once created, and the
+    // fields reachable through &Shared without the lock are atomics or
+    // written once at startup.
+    unsafe { &*shared_ptr() }
+}
+
+/// Everything the lock guards, borrowed for the duration of the lock.
+pub struct Locked<'a> {
+    pub gate: Gate<'a>,
+    pub status: &'a mut LimitStatus,
+    pub ring: &'a mut Ring,
+    pub history: &'a mut [HistorySample],
+}
+
+/// Releases the LWLock when dropped, on unwinding too.
+struct LockGuard(*mut pg_sys::LWLock);
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        // SAFETY: the lock was acquired by this process in with_lock.
+        unsafe { pg_sys::LWLockRelease(self.0) };
+    }
+}
+
+fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R) -> R {
+    let p = shared_ptr();
+    // SAFETY: `p` is the live segment; the lock pointer was set at startup.
+    // While we hold the lock no other process mutates the guarded fields,
+    // so handing out &mut for the closure's duration is sound; in shared mode
+    // callers only read through it (with_gate_shared gives out & only).
+    unsafe {
+        let lock = (*p).lock;
+        pg_sys::LWLockAcquire(lock, mode);
+        let _guard = LockGuard(lock);
+        let nslots = (*p).nslots as usize;
+        let cap = (*p).history_cap as usize;
+        let (slots_at, history_at, _) = offsets(nslots, cap);
+        let base = p.cast::<u8>();
+        let slots = std::slice::from_raw_parts_mut(base.add(slots_at) as *mut Slot, nslots);
+        let history = std::slice::from_raw_parts_mut(base.add(history_at) as *mut HistorySample, cap);
+        f(Locked {
+            gate: Gate::new(&mut (*p).header, slots),
+            status: &mut (*p).status,
+            ring: &mut (*p).ring,
+            history,
+        })
+    }
+}
+
+/// Run `f` with the lock held exclusively.
+pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
+    with_lock(pg_sys::LWLockMode::LW_EXCLUSIVE, f)
+}
+
+/// Run `f` with the lock held in shared mode, for reading only.
+pub fn with_gate_shared<R>(f: impl FnOnce(&Locked<'_>) -> R) -> R {
+    with_lock(pg_sys::LWLockMode::LW_SHARED, |l| f(&l))
+}
+
+/// Release the lock if this process holds it (exit paths after an error).
+pub fn release_if_held() {
+    let p = SHARED.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: LWLockHeldByMe only inspects this process's held-lock list.
+    unsafe {
+        let lock = (*p).lock;
+        if pg_sys::LWLockHeldByMe(lock) {
+            pg_sys::LWLockRelease(lock);
+        }
+    }
+}
+
+/// Set the latch of the process with this PGPROC number.
+pub fn wake(procno: usize) {
+    // SAFETY: ProcGlobal->allProcs has an entry for every PGPROC number, and
+    // SetLatch on another process's latch is the supported way to wake it.
+    unsafe {
+        let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno);
+        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+    }
+}
+
+/// Wake the worker, if it runs (a session just joined the queue).
+pub fn wake_worker() {
+    let procno = shared().worker_procno.load(Ordering::Relaxed);
+    if procno >= 0 {
+        wake(procno as usize);
+    }
+}

@@ -1,0 +1,211 @@
+//! The background worker ("pg_gatekeeper worker" in ps and the logs).
+//!
+//! - Applies the limit: on start, on every reload (SIGHUP) and every few
+//!   seconds (a cgroup quota can change underneath us).
+//! - While sessions are queued, samples the holders every
+//!   `sample_interval`: a holder waiting on its client (wait event class
+//!   Client, i.e. idle in transaction) is not running; anything else,
+//!   lock waits included, is. The controller then moves the ticket count.
+//! - Breaks deadlocks between holders and parked sessions (`deadlock`).
+//! - Records a history sample every `history_interval`.
+//!
+//! When nothing is queued it sleeps until the next history sample, so an
+//! idle server costs it one wake-up per `history_interval`. A parking
+//! backend sets the worker's latch, so sampling starts at once.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use gatekeeper_core::controller;
+use gatekeeper_core::histogram::Histogram;
+use gatekeeper_core::history::HistorySample;
+use gatekeeper_core::SlotState;
+use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::{deadlock, gucs, limit, shmem};
+
+/// How often the limit is re-resolved without a reload (cgroup changes).
+const RESOLVE_EVERY_US: i64 = 10_000_000;
+/// How often the deadlock breaker looks, at most, while it has work.
+const DEADLOCK_CHECK_EVERY_US: i64 = 100_000;
+
+pub fn register() {
+    BackgroundWorkerBuilder::new("pg_gatekeeper worker")
+        .set_type("pg_gatekeeper worker")
+        .set_function("pg_gatekeeper_worker_main")
+        .set_library("pg_gatekeeper")
+        .enable_shmem_access(None)
+        .set_start_time(BgWorkerStartTime::PostmasterStart)
+        .set_restart_time(Some(Duration::from_secs(1)))
+        .load();
+}
+
+/// What the worker remembers between history samples.
+struct HistoryState {
+    next_at_us: i64,
+    last_at_us: i64,
+    last_admitted: u64,
+    last_timeouts: u64,
+    last_waits: Histogram,
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // SAFETY: MyProc is valid in a background worker with shared memory access.
+    let procno = unsafe { (*pg_sys::MyProc).pgprocno };
+    shmem::shared().worker_procno.store(procno, Ordering::Relaxed);
+    pgrx::log!("pg_gatekeeper worker started");
+
+    let now = crate::now_us();
+    let mut next_resolve_us = 0;
+    let mut next_sample_us = 0;
+    let mut next_deadlock_us = 0;
+    let mut hist = shmem::with_gate_shared(|l| {
+        let h = l.gate.header();
+        HistoryState {
+            next_at_us: now,
+            last_at_us: now,
+            last_admitted: h.counters.admitted,
+            last_timeouts: h.counters.timeouts,
+            last_waits: h.waits,
+        }
+    });
+
+    loop {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: the documented way for a worker to reload its settings.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            next_resolve_us = 0;
+        }
+        let now = crate::now_us();
+        if now >= next_resolve_us {
+            apply_limit();
+            next_resolve_us = now + RESOLVE_EVERY_US;
+        }
+        // Samples are paced by the clock, not by wake-ups: a burst of
+        // sessions parking at once must not become a burst of samples of
+        // one instant (each could move the ticket count).
+        let interval_us = gucs::sample_interval_ms() as i64 * 1000;
+        let queued = if now >= next_sample_us {
+            next_sample_us = now + interval_us;
+            sample_and_steer(now)
+        } else {
+            shmem::with_gate_shared(|l| l.gate.header().queued)
+        };
+        if queued > 0 && now >= next_deadlock_us && deadlock::break_deadlocks(now) {
+            next_deadlock_us = now + DEADLOCK_CHECK_EVERY_US;
+        }
+        if now >= hist.next_at_us {
+            record_history(&mut hist, now);
+        }
+        let wake_at = if queued > 0 { next_sample_us } else { hist.next_at_us };
+        let sleep_ms = ((wake_at - crate::now_us()) / 1000).clamp(1, gucs::history_interval_ms() as i64);
+        if !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64))) {
+            break; // SIGTERM or postmaster death
+        }
+    }
+    shmem::shared().worker_procno.store(-1, Ordering::Relaxed);
+    pgrx::log!("pg_gatekeeper worker exiting");
+}
+
+/// Resolve the settings into a limit and apply it; raising it admits at once.
+fn apply_limit() {
+    let r = limit::resolve();
+    let now = crate::now_us();
+    shmem::with_gate(|mut l| {
+        l.status.effective_cpus = r.effective_cpus;
+        l.status.auto = r.auto;
+        l.status.ceiling = r.ceiling;
+        l.gate.set_limit(r.limit, r.ceiling, now, &mut shmem::wake);
+    });
+}
+
+/// Whether the holder in PGPROC `procno` is waiting on its own client.
+pub fn waits_on_client(procno: usize) -> bool {
+    // SAFETY: allProcs has an entry for every PGPROC number; wait_event_info
+    // is a single word that its owner updates and others read without a
+    // lock, exactly as pg_stat_activity does.
+    let info = unsafe {
+        let p = (*pg_sys::ProcGlobal).allProcs.add(procno);
+        std::ptr::read_volatile(&raw const (*p).wait_event_info)
+    };
+    info & 0xFF00_0000 == pg_sys::PG_WAIT_CLIENT
+}
+
+/// Sample which holders are running and, while sessions wait, move the
+/// ticket count. Returns the number of queued sessions.
+fn sample_and_steer(now: i64) -> u32 {
+    shmem::with_gate(|mut l| {
+        let h = *l.gate.header();
+        let mut running = 0;
+        for (i, s) in l.gate.slots().iter().enumerate() {
+            if s.state == SlotState::Admitted && !waits_on_client(i) {
+                running += 1;
+            }
+        }
+        l.status.running = running;
+        l.status.sampled_at_us = now;
+        let avg = if h.queued == 0 {
+            f64::NAN
+        } else {
+            let prev = l.status.running_avg;
+            controller::smooth(prev.is_finite().then_some(prev), running, h.limit)
+        };
+        l.status.running_avg = avg;
+        let next = controller::next_tickets(controller::Sample {
+            limit: h.limit,
+            ceiling: l.status.ceiling,
+            tickets: h.tickets,
+            holders: h.holders,
+            running: if avg.is_finite() { avg } else { running as f64 },
+            queued: h.queued,
+        });
+        if next != h.tickets {
+            l.gate.set_tickets(next, now, &mut shmem::wake);
+        }
+        l.gate.header().queued
+    })
+}
+
+fn record_history(hist: &mut HistoryState, now: i64) {
+    shmem::with_gate(|l| {
+        let h = *l.gate.header();
+        let (mut idle, mut idle_in_xact, mut running) = (0, 0, 0);
+        for (i, s) in l.gate.slots().iter().enumerate() {
+            match s.state {
+                SlotState::Idle => idle += 1,
+                SlotState::Admitted if waits_on_client(i) => idle_in_xact += 1,
+                SlotState::Admitted => running += 1,
+                _ => {}
+            }
+        }
+        let dt_s = ((now - hist.last_at_us).max(1)) as f64 / 1e6;
+        let waits = h.waits.since(&hist.last_waits);
+        let sample = HistorySample {
+            at_us: now,
+            limit: h.limit,
+            tickets: h.tickets,
+            admitted: h.holders,
+            running,
+            idle_in_transaction: idle_in_xact,
+            queued: h.queued,
+            idle,
+            admissions_per_s: h.counters.admitted.saturating_sub(hist.last_admitted) as f64 / dt_s,
+            timeouts: h.counters.timeouts.saturating_sub(hist.last_timeouts),
+            wait_p50_us: waits.quantile_us(0.5).unwrap_or(f64::NAN),
+            wait_p99_us: waits.quantile_us(0.99).unwrap_or(f64::NAN),
+        };
+        l.ring.push(l.history, sample);
+        hist.last_at_us = now;
+        hist.last_admitted = h.counters.admitted;
+        hist.last_timeouts = h.counters.timeouts;
+        hist.last_waits = h.waits;
+    });
+    let interval = gucs::history_interval_ms() as i64 * 1000;
+    // Keep a steady cadence without bursting after a long stall.
+    hist.next_at_us = (hist.next_at_us + interval).max(now + interval / 2);
+}
