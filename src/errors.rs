@@ -37,6 +37,18 @@ pub fn queue_timeout(waited_ms: u64, timeout_ms: u32, limit: u32, queued: u32) -
     )
 }
 
+/// 53000, raised by the first gated statement of a block whose BEGIN timed out.
+pub fn queue_timeout_at_begin(waited_ms: u64, timeout_ms: u32, limit: u32, queued: u32) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+        "pg_gatekeeper: timed out waiting for admission".into(),
+        format!(
+            "BEGIN waited {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued. The transaction block is aborted."
+        ),
+        "ROLLBACK and retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
+    )
+}
+
 /// 53400: the queue already holds `max_queued` sessions.
 pub fn queue_full(queued: u32, max_queued: u32, limit: u32) -> ! {
     raise(

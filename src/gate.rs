@@ -6,7 +6,12 @@
 //! lock and sets that waiter's latch, so a woken waiter only has to confirm
 //! that it was admitted. Every way out of the wait is accounted for:
 //! - admitted: the normal path;
-//! - `queue_timeout`: leave the queue, then ERROR 53000;
+//! - `queue_timeout`: leave the queue, then ERROR 53000. At BEGIN the error
+//!   is deferred to the block's next gated statement: PostgreSQL turns an
+//!   error raised while BEGIN itself runs into "BEGIN failed, back to idle"
+//!   (AbortCurrentTransaction, TBLOCK_BEGIN), whereas an error in the next
+//!   statement aborts the block, so that statements the client already sent
+//!   fail instead of running outside the transaction it asked for;
 //! - an ERROR raised by CHECK_FOR_INTERRUPTS (cancel, statement_timeout):
 //!   the unwinding `Parked` guard leaves the queue;
 //! - FATAL (terminate, lost client, postmaster death): the backend exits and
@@ -29,9 +34,21 @@ unsafe extern "C-unwind" {
 /// even if a wake-up were lost.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// Where the admission is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// Right after BEGIN / START TRANSACTION ran.
+    Begin,
+    /// A statement that needs admission.
+    Statement,
+}
+
 /// Take an admission for the current transaction, parking if needed.
 /// The caller has checked that the session is gated and not yet admitted.
-pub fn admit() {
+pub fn admit(point: Point) {
+    if let Some(t) = session::take_deferred_timeout() {
+        errors::queue_timeout_at_begin(t.waited_ms, t.timeout_ms, t.limit, t.queued);
+    }
     let slot = session::ensure_attached();
     if session::is_exempt(slot) {
         return;
@@ -47,7 +64,7 @@ pub fn admit() {
         Request::Rejected { queued } => errors::queue_full(queued, max_queued, limit),
         Request::Queued { .. } => {
             shmem::wake_worker();
-            wait(slot, now);
+            wait(slot, now, point);
         }
     }
 }
@@ -78,7 +95,7 @@ fn leave(slot: usize, why: Abandon) -> bool {
     left
 }
 
-fn wait(slot: usize, started_us: i64) {
+fn wait(slot: usize, started_us: i64, point: Point) {
     let mut guard = Parked { slot, armed: true };
     let timeout_ms = gucs::queue_timeout_ms();
     let check_ms = gucs::client_check_interval_ms();
@@ -99,7 +116,12 @@ fn wait(slot: usize, started_us: i64) {
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {
-                errors::queue_timeout(waited_ms, timeout_ms, limit, queued.saturating_sub(1));
+                let queued = queued.saturating_sub(1);
+                if point == Point::Begin {
+                    session::defer_timeout(session::DeferredTimeout { waited_ms, timeout_ms, limit, queued });
+                    return;
+                }
+                errors::queue_timeout(waited_ms, timeout_ms, limit, queued);
             }
             return; // admitted at the last moment
         }
@@ -179,8 +201,12 @@ pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _a
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            if session::admitted() && session::utility_depth() == 0 {
-                release();
+            if session::utility_depth() == 0 {
+                // A timed-out BEGIN followed directly by COMMIT or ROLLBACK.
+                session::take_deferred_timeout();
+                if session::admitted() {
+                    release();
+                }
             }
         }
         _ => {}

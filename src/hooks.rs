@@ -64,7 +64,7 @@ unsafe extern "C-unwind" fn post_parse_analyze(
             && (*query).commandType != pg_sys::CmdType::CMD_UTILITY
             && !monitor::is_monitoring_query(query)
         {
-            gate::admit();
+            gate::admit(gate::Point::Statement);
         }
     }
 }
@@ -79,7 +79,7 @@ unsafe extern "C-unwind" fn planner(
     // SAFETY: PostgreSQL passes a valid Query; we chain unchanged.
     unsafe {
         if needs_admission() && !monitor::is_monitoring_query(parse) {
-            gate::admit();
+            gate::admit(gate::Point::Statement);
         }
         match PREV_PLANNER {
             Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
@@ -96,7 +96,7 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
     unsafe {
         let explain_only = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0;
         if needs_admission() && !explain_only && !monitor::is_monitoring_plan((*query_desc).plannedstmt) {
-            gate::admit();
+            gate::admit(gate::Point::Statement);
         }
         match PREV_EXECUTOR_START {
             Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
@@ -185,12 +185,12 @@ unsafe extern "C-unwind" fn process_utility(
             Utility::Begin => {
                 run();
                 if needs_admission() {
-                    gate::admit();
+                    gate::admit(gate::Point::Begin);
                 }
             }
             Utility::Gated => {
                 if needs_admission() {
-                    gate::admit();
+                    gate::admit(gate::Point::Statement);
                 }
                 let _scope = session::UtilityScope::enter();
                 run();

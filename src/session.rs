@@ -25,6 +25,18 @@ struct Local {
     /// Depth of gated utility statements being executed; while above zero,
     /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
     utility_depth: Cell<u32>,
+    /// A queue timeout at BEGIN, to be raised by the block's next gated
+    /// statement (see `gate::admit`).
+    deferred_timeout: Cell<Option<DeferredTimeout>>,
+}
+
+/// What a timed-out BEGIN leaves behind for the block's next statement.
+#[derive(Clone, Copy, Debug)]
+pub struct DeferredTimeout {
+    pub waited_ms: u64,
+    pub timeout_ms: u32,
+    pub limit: u32,
+    pub queued: u32,
 }
 
 thread_local! {
@@ -35,6 +47,7 @@ thread_local! {
             admitted: Cell::new(false),
             exempt: Cell::new(None),
             utility_depth: Cell::new(0),
+            deferred_timeout: Cell::new(None),
         }
     };
 }
@@ -55,6 +68,14 @@ pub fn set_admitted(v: bool) {
 
 pub fn slot() -> usize {
     LOCAL.with(|l| l.slot.get())
+}
+
+pub fn defer_timeout(t: DeferredTimeout) {
+    LOCAL.with(|l| l.deferred_timeout.set(Some(t)));
+}
+
+pub fn take_deferred_timeout() -> Option<DeferredTimeout> {
+    LOCAL.with(|l| l.deferred_timeout.take())
 }
 
 pub fn utility_depth() -> u32 {
