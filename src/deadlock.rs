@@ -14,7 +14,6 @@ use std::collections::HashMap;
 
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
 use crate::shmem;
 
@@ -49,16 +48,33 @@ fn lock_waiters() -> Vec<i32> {
 fn blocking_pids(pid: i32) -> Vec<i32> {
     // SAFETY: pg_blocking_pids is a built-in SQL function taking an int4 and
     // returning an int4[] without nulls; DirectFunctionCall1Coll calls it with
-    // a valid fcinfo. The result is palloc'd in the caller's memory context.
+    // a valid fcinfo. deconstruct_array is given int4's layout (4 bytes, by
+    // value, int alignment) so that it needs no catalog lookup: the worker
+    // runs outside any transaction. Everything is palloc'd in the caller's
+    // scratch memory context.
     unsafe {
         let d = pg_sys::DirectFunctionCall1Coll(
             Some(pg_blocking_pids_fn),
             pg_sys::InvalidOid,
             pg_sys::Datum::from(pid),
         );
-        pgrx::Array::<i32>::from_polymorphic_datum(d, false, pg_sys::INT4OID)
-            .map(|a| a.iter().flatten().collect())
-            .unwrap_or_default()
+        let arr = d.cast_mut_ptr::<pg_sys::ArrayType>();
+        if arr.is_null() || (*arr).ndim == 0 {
+            return vec![];
+        }
+        let mut elems: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut n: i32 = 0;
+        pg_sys::deconstruct_array(
+            arr,
+            pg_sys::INT4OID,
+            4,
+            true,
+            pg_sys::TYPALIGN_INT as std::ffi::c_char,
+            &mut elems,
+            std::ptr::null_mut(),
+            &mut n,
+        );
+        (0..n as usize).map(|k| (*elems.add(k)).value() as i32).collect()
     }
 }
 

@@ -37,7 +37,10 @@ pub fn register() {
         .set_function("pg_gatekeeper_worker_main")
         .set_library("pg_gatekeeper")
         .enable_shmem_access(None)
-        .set_start_time(BgWorkerStartTime::PostmasterStart)
+        // A connection to shared catalogs only, so that the worker shows in
+        // pg_stat_activity; consistent state, so that it runs on standbys.
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::ConsistentState)
         .set_restart_time(Some(Duration::from_secs(1)))
         .load();
 }
@@ -55,6 +58,7 @@ struct HistoryState {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: MyProc is valid in a background worker with shared memory access.
     let procno = unsafe { (*pg_sys::MyProc).pgprocno };
     shmem::shared().worker_procno.store(procno, Ordering::Relaxed);
