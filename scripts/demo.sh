@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Build and install pg_gatekeeper (release), then start a demo cluster with
+# the library preloaded and the extension created. Run as root from the
+# repository root: bash scripts/demo.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=/usr/lib/postgresql/15/bin
+DEMO=${DEMO_DIR:-/var/tmp/pg_gatekeeper-demo}
+PORT=${DEMO_PORT:-5499}
+
+bash scripts/deps.sh
+echo "== building and installing pg_gatekeeper (release)"
+cargo pgrx install --release --pg-config "$BIN/pg_config"
+
+as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
+
+if [ -f "$DEMO/data/PG_VERSION" ]; then
+  as_pg "$BIN/pg_ctl" -D "$DEMO/data" -m fast stop >/dev/null 2>&1 || true
+else
+  mkdir -p "$DEMO" && chown postgres: "$DEMO"
+  as_pg "$BIN/initdb" -D "$DEMO/data" -A trust -U postgres >/dev/null
+  cat >> "$DEMO/data/postgresql.conf" <<CONF
+# pg_gatekeeper demo
+shared_preload_libraries = 'pg_gatekeeper'
+port = $PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$DEMO'
+max_connections = 300
+CONF
+fi
+as_pg "$BIN/pg_ctl" -D "$DEMO/data" -l "$DEMO/server.log" -w start >/dev/null
+as_pg "$BIN/psql" -X -q -h "$DEMO" -p "$PORT" -U postgres -d postgres \
+  -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
+  -c "DO \$\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app') THEN CREATE ROLE app LOGIN; END IF; END\$\$"
+
+cat <<MSG
+
+pg_gatekeeper demo cluster is running (data: $DEMO/data, log: $DEMO/server.log).
+  Connect as a superuser (exempt from the gate by default):
+    psql -h $DEMO -p $PORT -U postgres
+  Connect as a gated role:
+    psql -h 127.0.0.1 -p $PORT -U app postgres
+  Look at the gate:
+    SELECT * FROM gatekeeper.status;   SELECT * FROM gatekeeper.sessions;
+  Stop it:
+    runuser -u postgres -- $BIN/pg_ctl -D $DEMO/data stop
+MSG

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Run the pg_regress suites (sql/, expected/) against temporary instances:
+# the main schedule with pg_gatekeeper preloaded, and a second instance
+# without it, for the not-preloaded errors. The extension must be installed.
+# Usage: bash scripts/regress.sh [test ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=/usr/lib/postgresql/15/bin
+PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
+PRELOADED=(setup surface gucs bad_values privileges parking timeouts)
+NOT_PRELOADED=(not_preloaded)
+[ $# -gt 0 ] && PRELOADED=("$@") && NOT_PRELOADED=()
+
+work=$(mktemp -d /tmp/pg_gatekeeper_regress.XXXXXX)
+# pg_regress runs as postgres: give it a copy it can read and a place to write.
+cp -r sql expected "$work"/
+mkdir -p "$work/out"
+cat > "$work/preload.conf" <<CONF
+shared_preload_libraries = 'pg_gatekeeper'
+max_connections = 50
+max_prepared_transactions = 5
+pg_gatekeeper.history_interval = '100ms'
+CONF
+printf "max_connections = 20\n" > "$work/plain.conf"
+chown -R postgres: "$work"
+
+run() { # conf port tests...
+  local conf=$1 port=$2; shift 2
+  runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
+    "$PG_REGRESS" --temp-instance="$work/tmp_$port" --temp-config="$work/$conf" \
+    --inputdir="$work" --outputdir="$work/out" --bindir="$BIN" --port="$port" \
+    --dbname=regression "$@"
+}
+
+status=0
+run preload.conf 58432 "${PRELOADED[@]}" || status=1
+if [ ${#NOT_PRELOADED[@]} -gt 0 ]; then
+  run plain.conf 58433 "${NOT_PRELOADED[@]}" || status=1
+fi
+if [ $status -ne 0 ]; then
+  echo "pg_regress failed; differences:"
+  cat "$work/out/regression.diffs" 2>/dev/null || true
+  echo "(kept in $work)"
+  exit 1
+fi
+rm -rf "$work"

@@ -1,0 +1,101 @@
+-- Sessions beyond the limit park in FIFO order and are handed the slot
+-- on COMMIT; monitoring queries never wait. Lending is switched off
+-- (max_tickets = max_active), so an idle holder keeps its place.
+ALTER SYSTEM SET pg_gatekeeper.max_active = 1;
+ALTER SYSTEM SET pg_gatekeeper.max_tickets = 1;
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT max_active = 1 AND tickets = 1 AND ticket_ceiling = 1 FROM gatekeeper.status');
+SELECT gatekeeper.reset();
+
+SELECT dblink_connect('a', regress.conninfo('regress_app'));
+SELECT dblink_connect('b', regress.conninfo('regress_app'));
+SELECT dblink_connect('c', regress.conninfo('regress_app'));
+CREATE TEMP TABLE pids AS
+SELECT 'a' AS conn, pid FROM dblink('a', 'SELECT pg_backend_pid()') AS t(pid int)
+UNION ALL SELECT 'b', pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid int)
+UNION ALL SELECT 'c', pid FROM dblink('c', 'SELECT pg_backend_pid()') AS t(pid int);
+
+-- A holds the only slot with an open transaction.
+SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
+-- B then C park.
+SELECT dblink_send_query('b', 'SELECT ''b ran''');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT dblink_send_query('c', 'SELECT ''c ran''');
+SELECT regress.wait_for('SELECT queued = 2 FROM gatekeeper.status');
+
+SELECT p.conn, s.state, s.queue_position, s.wait_ms >= 0 AS waiting
+  FROM pids p JOIN gatekeeper.sessions s USING (pid) ORDER BY p.conn;
+SELECT p.conn, a.wait_event_type, a.wait_event
+  FROM pids p JOIN pg_stat_activity a USING (pid) WHERE p.conn <> 'a' ORDER BY p.conn;
+SELECT admitted, queued, idle_in_transaction, oldest_wait_ms > 0 AS has_oldest FROM gatekeeper.status;
+
+-- A gated session can always look at the gate, even when it is full.
+SELECT dblink_connect('d', regress.conninfo('regress_app'));
+SELECT * FROM dblink('d', 'SELECT queued FROM gatekeeper.status') AS t(queued int);
+SELECT * FROM dblink('d', 'SELECT count(*) FROM gatekeeper.sessions WHERE state = ''queued''') AS t(n bigint);
+SELECT * FROM dblink('d', 'SHOW pg_gatekeeper.max_active') AS t(v text);
+SELECT dblink_exec('d', 'SET application_name = ''still free''');
+-- ... but not a query that does other work through the views.
+SELECT dblink_send_query('d', 'SELECT pg_sleep(0) FROM gatekeeper.status');
+SELECT regress.wait_for('SELECT queued = 3 FROM gatekeeper.status');
+SELECT s.queue_position FROM gatekeeper.sessions s
+  JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'still free';
+
+-- COMMIT hands the slot to the head of the queue: B, then C, then D.
+SELECT dblink_exec('a', 'COMMIT');
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('c') AS t(x text);
+SELECT * FROM dblink_get_result('c') AS t(x text);
+SELECT * FROM dblink_get_result('d') AS t(x text);
+SELECT * FROM dblink_get_result('d') AS t(x text);
+SELECT regress.quiet();
+SELECT admitted_total, waited_total, overflow_total, queue_timeouts_total, rejected_total,
+       wait_time_total_ms > 0 AS waited, wait_p50_ms > 0 AS has_p50, wait_max_ms >= wait_p50_ms AS max_ok
+  FROM gatekeeper.status;
+SELECT sum(waits) AS histogram_waits FROM gatekeeper.wait_histogram;
+SELECT p.conn, s.transactions_admitted, s.times_parked, s.last_wait_ms > 0 AS waited
+  FROM pids p JOIN gatekeeper.sessions s USING (pid) ORDER BY p.conn;
+
+-- ROLLBACK and an error abort hand the slot on too.
+SELECT dblink_exec('a', 'BEGIN');
+SELECT dblink_send_query('b', 'SELECT ''after rollback''');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT dblink_exec('a', 'ROLLBACK');
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT dblink_exec('a', 'BEGIN');
+SELECT dblink_send_query('b', 'SELECT ''after error''');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT dblink_exec('a', 'SELECT 1/0', false);
+-- B gets in while A's block is still open (aborted).
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT state FROM gatekeeper.sessions JOIN pids USING (pid) WHERE conn = 'a';
+SELECT dblink_exec('a', 'ROLLBACK');
+
+-- PREPARE TRANSACTION hands the slot on; COMMIT PREPARED needs none (it
+-- finishes a transaction that may hold locks that admitted sessions wait for).
+SELECT dblink_exec('a', 'BEGIN');
+SELECT dblink_send_query('b', 'SELECT ''after prepare''');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT dblink_exec('a', 'PREPARE TRANSACTION ''regress_gx''');
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT dblink_exec('b', 'BEGIN');
+SELECT dblink_exec('a', 'COMMIT PREPARED ''regress_gx''');
+SELECT dblink_exec('b', 'COMMIT');
+
+-- A savepoint rollback keeps the slot.
+SELECT dblink_exec('a', 'BEGIN');
+SELECT dblink_exec('a', 'SAVEPOINT s');
+SELECT dblink_exec('a', 'SELECT 1/0', false);
+SELECT dblink_exec('a', 'ROLLBACK TO SAVEPOINT s');
+SELECT admitted FROM gatekeeper.status;
+SELECT dblink_exec('a', 'COMMIT');
+
+SELECT dblink_disconnect('a'), dblink_disconnect('b'), dblink_disconnect('c'), dblink_disconnect('d');
+SELECT regress.quiet();
+ALTER SYSTEM RESET ALL;
+SELECT pg_reload_conf();

@@ -1,0 +1,42 @@
+-- The SQL surface: objects, columns, function properties, sane values.
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+
+SELECT pg_describe_object(classid, objid, 0) AS object
+  FROM pg_depend
+ WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_gatekeeper')
+   AND deptype = 'e'
+ ORDER BY 1;
+
+SELECT table_name, column_name, data_type
+  FROM information_schema.columns
+ WHERE table_schema = 'gatekeeper'
+ ORDER BY table_name, ordinal_position;
+
+SELECT proname, provolatile, proparallel, proretset, prosecdef
+  FROM pg_proc WHERE pronamespace = 'gatekeeper'::regnamespace ORDER BY 1;
+
+-- Values that do not depend on the machine.
+SELECT max_active >= 1 AS has_limit, limit_source, effective_cpus > 0 AS has_cpus,
+       tickets >= max_active AS tickets_ok, ticket_ceiling >= max_active AS ceiling_ok,
+       admitted, queued, stats_reset IS NOT NULL AS has_reset
+  FROM gatekeeper.status;
+
+-- The limit is derived from the CPUs: ceil(effective_cpus * active_per_cpu).
+SELECT max_active = ceil(effective_cpus * current_setting('pg_gatekeeper.active_per_cpu')::float8)
+       AS auto_limit_matches
+  FROM gatekeeper.status;
+
+-- This superuser session is exempt by default, and so shown.
+SELECT state, queue_position, usename IS NOT NULL AS sees_itself
+  FROM gatekeeper.sessions WHERE pid = pg_backend_pid();
+
+SELECT count(*) AS buckets, bool_and(lower_ms < coalesce(upper_ms, 'infinity')) AS ordered,
+       count(*) FILTER (WHERE upper_ms IS NULL) AS open_buckets
+  FROM gatekeeper.wait_histogram;
+
+-- The worker samples history (every 100 ms in this instance).
+SELECT regress.wait_for('SELECT count(*) >= 2 FROM gatekeeper.history');
+SELECT bool_and(sample_time IS NOT NULL AND max_active >= 1) AS history_ok FROM gatekeeper.history;
+
+-- The worker runs and is recognisable.
+SELECT backend_type FROM pg_stat_activity WHERE backend_type LIKE 'pg_gatekeeper%';

@@ -1,0 +1,465 @@
+//! Shared fixture for the integration tests: a private PostgreSQL 15 cluster
+//! with pg_gatekeeper preloaded, plus small helpers to drive sessions and to
+//! wait for states by polling the extension's views.
+//!
+//! Conventions used by every test:
+//! - gated sessions log in as the non-superuser role `app`, each with a
+//!   unique `application_name` by which the observer finds it;
+//! - the `postgres` superuser is exempt (the default) and is the observer:
+//!   it reads `gatekeeper.status`, `gatekeeper.sessions` and
+//!   `pg_stat_activity`, and is never parked;
+//! - nothing waits by sleeping a fixed time: helpers poll a view until a
+//!   state is reached, and panic with a description on timeout;
+//! - every test ends with [`Cluster::assert_quiet`].
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+use serde_json::Value;
+
+const BINDIR: &str = "/usr/lib/postgresql/15/bin";
+
+/// Polling period of [`wait_until`].
+const POLL: Duration = Duration::from_millis(20);
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Run a command as the `postgres` OS user (initdb and postgres refuse root),
+/// with RUST_BACKTRACE unset (it would append backtraces to error messages).
+fn as_postgres(program: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", "env", "-u", "RUST_BACKTRACE"])
+        .arg(format!("{BINDIR}/{program}"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    out
+}
+
+fn port_is_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Poll `cond` every 20 ms until it holds; panic with `desc` after `timeout`.
+pub fn wait_until(desc: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting until {desc}");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The SQLSTATE of a failed statement, if the server sent one.
+pub fn sqlstate<T>(r: &Result<T, postgres::Error>) -> Option<String> {
+    r.as_ref().err().and_then(|e| e.code()).map(|c| c.code().to_string())
+}
+
+/// One row of `gatekeeper.status`. Columns are read by name from JSON.
+#[derive(Clone, Debug)]
+pub struct Status(pub Value);
+
+impl Status {
+    /// An integer column (panics if missing or null).
+    pub fn int(&self, col: &str) -> i64 {
+        self.0[col].as_i64().unwrap_or_else(|| panic!("gatekeeper.status.{col} is not an integer in {}", self.0))
+    }
+    pub fn max_active(&self) -> i64 {
+        self.int("max_active")
+    }
+    pub fn tickets(&self) -> i64 {
+        self.int("tickets")
+    }
+    pub fn admitted(&self) -> i64 {
+        self.int("admitted")
+    }
+    pub fn queued(&self) -> i64 {
+        self.int("queued")
+    }
+}
+
+/// One row of `gatekeeper.sessions`, the columns the tests use.
+#[derive(Clone, Debug)]
+pub struct SessionRow {
+    pub pid: i32,
+    pub application_name: Option<String>,
+    pub state: String,
+    pub queue_position: Option<i32>,
+}
+
+/// A private cluster, stopped and removed when dropped (kept on failure).
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub port: u16,
+    admin: Mutex<Client>,
+}
+
+impl Cluster {
+    /// initdb, configure, start, `CREATE EXTENSION pg_gatekeeper`, and create
+    /// the gated role `app`. `extra_conf` lines go into postgresql.conf.
+    pub fn start(extra_conf: &[(&str, &str)]) -> Cluster {
+        let pid = std::process::id();
+        let (dir, port) = loop {
+            let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+            let port = 20000 + (pid % 1000) as u16 * 20 + (n % 20) as u16;
+            let dir = PathBuf::from(format!("/tmp/pg_gatekeeper_test.{pid}.{n}"));
+            if !dir.exists() && port_is_free(port) {
+                break (dir, port);
+            }
+            assert!(n < 200, "no free port or directory found");
+        };
+        fs::create_dir_all(&dir).unwrap();
+        let st = Command::new("chown").args(["postgres:postgres"]).arg(&dir).status().unwrap();
+        assert!(st.success(), "chown {}", dir.display());
+
+        let data = dir.join("data");
+        let data_s = data.to_str().unwrap();
+        let out = as_postgres(
+            "initdb",
+            &["-D", data_s, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--no-locale"],
+        );
+        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+
+        let mut conf = String::from("\n# pg_gatekeeper integration test\n");
+        let mut line = |k: &str, v: &str| conf.push_str(&format!("{k} = '{v}'\n"));
+        line("shared_preload_libraries", "pg_gatekeeper");
+        line("port", &port.to_string());
+        line("unix_socket_directories", dir.to_str().unwrap());
+        line("listen_addresses", "");
+        line("max_connections", "50");
+        line("shared_buffers", "16MB");
+        line("fsync", "off");
+        line("log_line_prefix", "%m [%p] %a ");
+        for (k, v) in extra_conf {
+            line(k, v);
+        }
+        let conf_path = data.join("postgresql.conf");
+        let mut text = fs::read_to_string(&conf_path).unwrap();
+        text.push_str(&conf);
+        fs::write(&conf_path, text).unwrap();
+
+        let log = dir.join("log");
+        let out = as_postgres("pg_ctl", &["-D", data_s, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"]);
+        if !out.status.success() {
+            let tail = fs::read_to_string(&log).unwrap_or_default();
+            panic!("pg_ctl start failed: {}\n{tail}", String::from_utf8_lossy(&out.stderr));
+        }
+
+        let admin = connect_to(&dir, port, "postgres", "admin").expect("connect as postgres");
+        let cluster = Cluster { dir, port, admin: Mutex::new(admin) };
+        cluster.admin_exec(
+            "CREATE EXTENSION pg_gatekeeper;
+             CREATE ROLE app LOGIN;",
+        );
+        cluster
+    }
+
+    // -- connections -------------------------------------------------------
+
+    /// A new connection as `user`, tagged with `application_name = name`.
+    pub fn connect(&self, user: &str, name: &str) -> Client {
+        connect_to(&self.dir, self.port, user, name).unwrap_or_else(|e| panic!("connect as {user}: {e}"))
+    }
+
+    /// A gated session: role `app`, named `name`.
+    pub fn app(&self, name: &str) -> Session {
+        Session { name: name.to_string(), client: self.connect("app", name) }
+    }
+
+    /// An exempt superuser session (the observer's role), named `name`.
+    pub fn superuser(&self, name: &str) -> Session {
+        Session { name: name.to_string(), client: self.connect("postgres", name) }
+    }
+
+    /// Run SQL on the observer connection (superuser, exempt); panics on error.
+    pub fn admin_exec(&self, sql: &str) {
+        self.admin.lock().unwrap().batch_execute(sql).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+
+    /// Run a query on the observer connection.
+    pub fn admin_query(&self, sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Vec<postgres::Row> {
+        self.admin.lock().unwrap().query(sql, params).unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+    }
+
+    /// A single integer (bigint) result on the observer connection.
+    pub fn admin_i64(&self, sql: &str) -> i64 {
+        self.admin_query(sql, &[])[0].get(0)
+    }
+
+    /// After a crash restart: wait until the server accepts connections
+    /// again and replace the observer connection.
+    pub fn reconnect_admin(&self, timeout: Duration) {
+        let mut fresh = None;
+        wait_until("the server accepts connections again", timeout, || {
+            fresh = connect_to(&self.dir, self.port, "postgres", "admin").ok().filter(|c: &Client| !c.is_closed());
+            // A connection can be accepted while startup is still finishing.
+            fresh.as_mut().is_some_and(|c| c.batch_execute("SELECT 1").is_ok())
+        });
+        *self.admin.lock().unwrap() = fresh.unwrap();
+    }
+
+    /// `ALTER SYSTEM SET` each setting and reload; returns once the observer
+    /// backend has reloaded and, for the limit settings, once the worker has
+    /// applied them (visible in `gatekeeper.status`).
+    pub fn set_conf(&self, settings: &[(&str, &str)]) {
+        for (k, v) in settings {
+            // ALTER SYSTEM takes no parameters; these are the tests' own constants.
+            self.admin_exec(&format!("ALTER SYSTEM SET {k} = '{v}'"));
+        }
+        let before: String = self.admin_query("SELECT pg_conf_load_time()::text", &[])[0].get(0);
+        self.admin_exec("SELECT pg_reload_conf()");
+        wait_until("the observer reloaded its configuration", Duration::from_secs(5), || {
+            let now: String = self.admin_query("SELECT pg_conf_load_time()::text", &[])[0].get(0);
+            now != before
+        });
+        for (k, v) in settings {
+            if *k == "pg_gatekeeper.max_active" {
+                let want: i64 = v.parse().unwrap();
+                if want > 0 {
+                    wait_until(&format!("the worker applies max_active = {want}"), Duration::from_secs(5), || {
+                        self.status().max_active() == want
+                    });
+                }
+            }
+        }
+    }
+
+    // -- observing ---------------------------------------------------------
+
+    /// The one row of `gatekeeper.status`.
+    pub fn status(&self) -> Status {
+        let text: String = self.admin_query("SELECT row_to_json(s)::text FROM gatekeeper.status s", &[])[0].get(0);
+        Status(serde_json::from_str(&text).unwrap())
+    }
+
+    /// Every row of `gatekeeper.sessions`.
+    pub fn sessions(&self) -> Vec<SessionRow> {
+        self.admin_query("SELECT pid, application_name, state, queue_position FROM gatekeeper.sessions", &[])
+            .iter()
+            .map(|r| SessionRow {
+                pid: r.get(0),
+                application_name: r.get(1),
+                state: r.get(2),
+                queue_position: r.get(3),
+            })
+            .collect()
+    }
+
+    /// The `gatekeeper.sessions` row of the session named `name`, if connected.
+    pub fn session(&self, name: &str) -> Option<SessionRow> {
+        self.sessions().into_iter().find(|s| s.application_name.as_deref() == Some(name))
+    }
+
+    /// The backend pid of the session named `name`.
+    pub fn pid_of(&self, name: &str) -> i32 {
+        self.session(name).unwrap_or_else(|| panic!("no session named {name}")).pid
+    }
+
+    /// `wait_event_type` and `wait_event` of the session named `name`.
+    pub fn wait_event(&self, name: &str) -> (Option<String>, Option<String>) {
+        let rows = self.admin_query(
+            "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        );
+        rows.first().map(|r| (r.get(0), r.get(1))).unwrap_or((None, None))
+    }
+
+    /// `pg_stat_activity.state` of the session named `name`.
+    pub fn activity_state(&self, name: &str) -> Option<String> {
+        let rows = self.admin_query("SELECT state FROM pg_stat_activity WHERE application_name = $1", &[&name]);
+        rows.first().and_then(|r| r.get(0))
+    }
+
+    /// Wait until the session named `name` is parked; returns its queue position.
+    pub fn wait_queued(&self, name: &str) -> i32 {
+        let mut pos = None;
+        wait_until(&format!("{name} is queued"), Duration::from_secs(5), || {
+            pos = self.session(name).filter(|s| s.state == "queued").and_then(|s| s.queue_position);
+            pos.is_some()
+        });
+        pos.unwrap()
+    }
+
+    /// Wait until the session named `name` shows `wait_event = event`.
+    pub fn wait_for_event(&self, name: &str, event: &str) {
+        wait_until(&format!("{name} waits on {event}"), Duration::from_secs(5), || {
+            self.wait_event(name).1.as_deref() == Some(event)
+        });
+    }
+
+    /// Wait until `gatekeeper.status` satisfies `cond`.
+    pub fn wait_status(&self, desc: &str, cond: impl Fn(&Status) -> bool) -> Status {
+        let mut last = None;
+        wait_until(desc, Duration::from_secs(5), || {
+            let s = self.status();
+            let ok = cond(&s);
+            last = Some(s);
+            ok
+        });
+        last.unwrap()
+    }
+
+    /// The invariant at a quiet moment (DESIGN §5): nothing admitted, nothing
+    /// queued, no session in a state that implies either, and no client
+    /// backend parked on the Extension wait event.
+    pub fn assert_quiet(&self) {
+        wait_until("the gate is quiet (admitted = 0, queued = 0)", Duration::from_secs(5), || {
+            let s = self.status();
+            s.admitted() == 0 && s.queued() == 0
+        });
+        wait_until("no session is queued, active or idle in transaction", Duration::from_secs(5), || {
+            self.sessions().iter().all(|s| !matches!(s.state.as_str(), "queued" | "active" | "idle in transaction"))
+        });
+        wait_until("no client backend waits on the Extension wait event", Duration::from_secs(5), || {
+            self.admin_i64(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND wait_event_type = 'Extension'",
+            ) == 0
+        });
+    }
+
+    /// The tail of the server log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Send `signal` (e.g. "KILL") to a process.
+    pub fn kill(pid: i32, signal: &str) {
+        let st = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+        assert!(st.success(), "kill -{signal} {pid}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ = as_postgres("pg_ctl", &["-D", data.to_str().unwrap(), "-m", "immediate", "-w", "stop"]);
+        if std::thread::panicking() {
+            eprintln!(
+                "test failed; cluster kept in {}\n--- server log tail ---\n{}",
+                self.dir.display(),
+                self.log_tail(40)
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn connect_to(dir: &Path, port: u16, user: &str, name: &str) -> Result<Client, postgres::Error> {
+    postgres::Config::new()
+        .host_path(dir)
+        .port(port)
+        .user(user)
+        .dbname("postgres")
+        .application_name(name)
+        .connect(NoTls)
+}
+
+/// A client connection with a name (its `application_name`).
+pub struct Session {
+    pub name: String,
+    pub client: Client,
+}
+
+impl Session {
+    /// Run SQL (simple protocol) and wait for the result.
+    pub fn exec(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.client.batch_execute(sql)
+    }
+
+    /// Run SQL (simple protocol), panicking on error.
+    pub fn ok(&mut self, sql: &str) {
+        let name = self.name.clone();
+        self.exec(sql).unwrap_or_else(|e| panic!("{name}: {sql}: {e:?}"));
+    }
+
+    /// Run SQL in a thread of its own; the session comes back with the result.
+    pub fn spawn(self, sql: &str) -> Running {
+        let sql = sql.to_string();
+        self.spawn_with(move |c| c.batch_execute(&sql))
+    }
+
+    /// Run any client call in a thread of its own.
+    pub fn spawn_with(
+        mut self,
+        f: impl FnOnce(&mut Client) -> Result<(), postgres::Error> + Send + 'static,
+    ) -> Running {
+        let name = self.name.clone();
+        let started = Instant::now();
+        let handle = std::thread::spawn(move || {
+            let r = f(&mut self.client);
+            (self, r, Instant::now())
+        });
+        Running { name, started, handle }
+    }
+
+    pub fn cancel_token(&self) -> postgres::CancelToken {
+        self.client.cancel_token()
+    }
+}
+
+/// A statement running in its own thread.
+pub struct Running {
+    pub name: String,
+    pub started: Instant,
+    handle: JoinHandle<(Session, Result<(), postgres::Error>, Instant)>,
+}
+
+/// What a finished [`Running`] gives back.
+pub struct Done {
+    pub session: Session,
+    pub result: Result<(), postgres::Error>,
+    /// When the call returned.
+    pub finished: Instant,
+    /// How long the call took.
+    pub elapsed: Duration,
+}
+
+impl Running {
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Wait for the statement to end, panicking if it takes longer than `timeout`.
+    pub fn join(self, timeout: Duration) -> Done {
+        let name = self.name.clone();
+        wait_until(&format!("{name}'s statement returns"), timeout, || self.handle.is_finished());
+        let (session, result, finished) = self.handle.join().expect("session thread panicked");
+        Done { session, result, finished, elapsed: finished - self.started }
+    }
+
+    /// Like [`Running::join`], and the statement must have succeeded.
+    pub fn join_ok(self, timeout: Duration) -> Done {
+        let d = self.join(timeout);
+        if let Err(e) = &d.result {
+            panic!("{}: statement failed: {e:?}", d.session.name);
+        }
+        d
+    }
+}
+
+/// Assert that `running` is still parked, polling for `dur` (a negative check
+/// cannot wait for a state, so it watches the state for a while).
+pub fn assert_stays_queued(cluster: &Cluster, running: &Running, dur: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < dur {
+        assert!(!running.is_finished(), "{} was admitted but should still be parked", running.name);
+        let state = cluster.session(&running.name).map(|s| s.state);
+        assert_eq!(state.as_deref(), Some("queued"), "{} should still be parked", running.name);
+        std::thread::sleep(POLL);
+    }
+}

@@ -1,0 +1,428 @@
+//! Admission through the gate (DESIGN §3, §5, §6), with real sessions.
+//!
+//! Most tests run with one ticket and lending switched off
+//! (`max_active = 1`, `max_tickets = 1`): a holder that opened a transaction
+//! keeps the only place even while it idles, so the tests control exactly
+//! when the gate is full. Gated sessions are role `app`; the observer is the
+//! exempt superuser. Every test ends with `assert_quiet`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_stays_queued, sqlstate, Cluster, Running, Session};
+
+/// One place, and idle holders never lend it.
+const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
+
+const SHORT: Duration = Duration::from_millis(300);
+const PROMPT: Duration = Duration::from_secs(2);
+
+fn conf<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    ONE_TICKET.iter().chain(extra).copied().collect()
+}
+
+/// A gated session that opens a transaction and idles in it, holding the
+/// only place (admission is taken at BEGIN).
+fn holder(c: &Cluster) -> Session {
+    let mut h = c.app("holder");
+    h.ok("BEGIN");
+    h.ok("SELECT 1");
+    assert_eq!(c.session("holder").unwrap().state, "idle in transaction");
+    h
+}
+
+fn names(c: &Cluster, sql: &str) -> Vec<String> {
+    c.admin_query(sql, &[]).iter().map(|r| r.get(0)).collect()
+}
+
+// -- 1. FIFO ------------------------------------------------------------------
+
+#[test]
+fn parked_sessions_are_admitted_in_arrival_order() {
+    let c = Cluster::start(ONE_TICKET);
+    c.admin_exec(
+        "CREATE TABLE arrivals (id serial, name text, at timestamptz);
+         GRANT ALL ON arrivals, arrivals_id_seq TO app;",
+    );
+    let mut h = holder(&c);
+
+    // Park A, B, C one after the other; each joins the tail of the queue.
+    let mut parked = vec![];
+    for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
+        let sql = format!("INSERT INTO arrivals (name, at) VALUES ('{name}', clock_timestamp())");
+        parked.push(c.app(name).spawn(&sql));
+        assert_eq!(c.wait_queued(name), i as i32 + 1, "{name} joins at the tail");
+    }
+    let positions: Vec<_> = ["A", "B", "C"].iter().map(|n| c.session(n).unwrap().queue_position).collect();
+    assert_eq!(positions, [Some(1), Some(2), Some(3)]);
+
+    // One place: each insert runs (and takes its id) only once admitted.
+    h.ok("COMMIT");
+    for r in parked {
+        r.join_ok(PROMPT);
+    }
+    assert_eq!(names(&c, "SELECT name FROM arrivals ORDER BY id"), ["A", "B", "C"]);
+    assert_eq!(names(&c, "SELECT name FROM arrivals ORDER BY at"), ["A", "B", "C"]);
+    assert_eq!(c.status().int("waited_total"), 3);
+    c.assert_quiet();
+}
+
+// -- 2. Hand-off at transaction end ---------------------------------------------
+
+/// The holder ends its transaction with `end`; the parked session must be
+/// admitted then, and not before.
+fn hand_off(end: impl FnOnce(&Cluster, &mut Session, &Running)) {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = holder(&c);
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+    assert_stays_queued(&c, &w, SHORT);
+    end(&c, &mut h, &w);
+    w.join_ok(PROMPT);
+    h.ok("SELECT 1"); // the holder's session is fine, and no longer admitted
+    c.assert_quiet();
+}
+
+#[test]
+fn commit_hands_the_place_to_the_queue() {
+    hand_off(|_, h, _| h.ok("COMMIT"));
+}
+
+#[test]
+fn rollback_hands_the_place_to_the_queue() {
+    hand_off(|_, h, _| h.ok("ROLLBACK"));
+}
+
+#[test]
+fn an_error_in_the_block_hands_the_place_over_before_rollback() {
+    hand_off(|c, h, w| {
+        let r = h.exec("SELECT 1/0");
+        assert_eq!(sqlstate(&r).as_deref(), Some("22012"));
+        // The waiter gets in while the holder still sits in its aborted block.
+        common::wait_until("the waiter's statement returns after the holder's error", PROMPT, || w.is_finished());
+        assert_eq!(c.activity_state("holder").as_deref(), Some("idle in transaction (aborted)"));
+        assert_eq!(c.session("holder").unwrap().state, "idle");
+        h.ok("ROLLBACK");
+    });
+}
+
+// -- 3, 4. queue_timeout --------------------------------------------------------
+
+#[test]
+fn queue_timeout_fails_a_parked_statement_with_53000_and_the_session_survives() {
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.queue_timeout", "500ms")]));
+    let mut h = holder(&c);
+
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+    let d = w.join(Duration::from_secs(5));
+    assert_eq!(sqlstate(&d.result).as_deref(), Some("53000"), "{:?}", d.result);
+    let msg = d.result.as_ref().unwrap_err().as_db_error().unwrap().message().to_string();
+    assert!(msg.contains("pg_gatekeeper"), "{msg}");
+    assert!(
+        d.elapsed >= Duration::from_millis(480) && d.elapsed < Duration::from_millis(1500),
+        "timed out after {:?}, expected about 500 ms",
+        d.elapsed
+    );
+    let s = c.status();
+    assert_eq!((s.int("queue_timeouts_total"), s.queued(), s.admitted()), (1, 0, 1));
+
+    // The session is still usable once there is room.
+    h.ok("COMMIT");
+    let mut w = d.session;
+    w.ok("SELECT 1");
+    c.assert_quiet();
+}
+
+#[test]
+// PostgreSQL drops a block whose BEGIN fails (TBLOCK_BEGIN -> TBLOCK_DEFAULT),
+// so the timeout at BEGIN is reported by the block's next statement instead:
+// BEGIN completes after the wait, the next statement fails with 53000 and
+// aborts the block, and what the client sent after it fails with 25P02
+// rather than running outside the transaction it asked for.
+fn a_timed_out_begin_leaves_an_aborted_block() {
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.queue_timeout", "300ms")]));
+    let mut h = holder(&c);
+
+    let mut w = c.app("waiter");
+    let t0 = Instant::now();
+    w.ok("BEGIN");
+    assert!(t0.elapsed() >= Duration::from_millis(250), "BEGIN did not wait: {:?}", t0.elapsed());
+    let r = w.exec("SELECT 1");
+    assert_eq!(sqlstate(&r).as_deref(), Some("53000"), "{r:?}");
+    let r = w.exec("SELECT 2");
+    assert_eq!(sqlstate(&r).as_deref(), Some("25P02"), "{r:?}");
+    assert_eq!(c.activity_state("waiter").as_deref(), Some("idle in transaction (aborted)"));
+    w.ok("ROLLBACK");
+    assert_eq!(c.status().queued(), 0);
+    assert_eq!(c.status().int("queue_timeouts_total"), 1);
+
+    h.ok("COMMIT");
+    w.ok("SELECT 1");
+    w.ok("BEGIN; SELECT 1; COMMIT");
+    c.assert_quiet();
+}
+
+// -- 5. max_queued --------------------------------------------------------------
+
+#[test]
+fn a_full_queue_rejects_newcomers_at_once_with_53400() {
+    // queue_timeout is only a safety net: were the newcomer parked, it would
+    // fail with 53000 after 5 s instead of hanging the test.
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.max_queued", "2"), ("pg_gatekeeper.queue_timeout", "5s")]));
+    let mut h = holder(&c);
+    let w1 = c.app("w1").spawn("SELECT 1");
+    c.wait_queued("w1");
+    let w2 = c.app("w2").spawn("SELECT 1");
+    c.wait_queued("w2");
+
+    let mut w3 = c.app("w3");
+    let t0 = Instant::now();
+    let r = w3.exec("SELECT 1");
+    let took = t0.elapsed();
+    assert_eq!(sqlstate(&r).as_deref(), Some("53400"), "{r:?}");
+    assert!(took < Duration::from_millis(500), "rejection took {took:?}");
+    let msg = r.as_ref().unwrap_err().as_db_error().unwrap().message().to_string();
+    assert!(msg.contains("pg_gatekeeper"), "{msg}");
+    let s = c.status();
+    assert_eq!((s.int("rejected_total"), s.queued(), s.int("queue_timeouts_total")), (1, 2, 0));
+
+    h.ok("COMMIT");
+    w1.join_ok(PROMPT);
+    w2.join_ok(PROMPT);
+    w3.ok("SELECT 1");
+    c.assert_quiet();
+}
+
+// -- 6. Cancel and terminate while parked ---------------------------------------
+
+#[test]
+fn cancelling_parked_sessions_keeps_the_counts_exact() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = holder(&c);
+    let before = c.status();
+    let w1 = c.app("w1").spawn("SELECT 1");
+    c.wait_queued("w1");
+    let w2 = c.app("w2");
+    let w2_cancel = w2.cancel_token();
+    let w2 = w2.spawn("SELECT 1");
+    c.wait_queued("w2");
+    let w3 = c.app("w3").spawn("SELECT 1");
+    c.wait_queued("w3");
+
+    // Cancel w2 (middle of the queue) through the protocol's cancel request.
+    w2_cancel.cancel_query(postgres::NoTls).unwrap();
+    let d2 = w2.join(PROMPT);
+    assert_eq!(sqlstate(&d2.result).as_deref(), Some("57014"), "{:?}", d2.result);
+    let s = c.status();
+    assert_eq!((s.queued(), s.int("queue_cancels_total")), (2, 1));
+    assert_eq!(c.session("w1").unwrap().queue_position, Some(1));
+    assert_eq!(c.session("w3").unwrap().queue_position, Some(2));
+
+    // Cancel w1 (the head) with pg_cancel_backend.
+    let pid = c.pid_of("w1");
+    c.admin_query("SELECT pg_cancel_backend($1)", &[&pid]);
+    let d1 = w1.join(PROMPT);
+    assert_eq!(sqlstate(&d1.result).as_deref(), Some("57014"), "{:?}", d1.result);
+    let s = c.status();
+    assert_eq!((s.queued(), s.int("queue_cancels_total")), (1, 2));
+    assert_eq!(c.session("w3").unwrap().queue_position, Some(1));
+
+    // The one left in the queue still gets the place.
+    h.ok("COMMIT");
+    w3.join_ok(PROMPT);
+    let s = c.status();
+    assert_eq!(s.int("admitted_total") - before.int("admitted_total"), 1, "only w3 was admitted");
+    assert_eq!(s.int("waited_total") - before.int("waited_total"), 1);
+    // Cancelled sessions are usable.
+    let (mut s1, mut s2) = (d1.session, d2.session);
+    s1.ok("SELECT 1");
+    s2.ok("SELECT 1");
+    c.assert_quiet();
+}
+
+#[test]
+fn terminating_parked_sessions_keeps_the_counts_exact() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = holder(&c);
+    let mut parked = vec![];
+    for name in ["w1", "w2", "w3"] {
+        parked.push(c.app(name).spawn("SELECT 1"));
+        c.wait_queued(name);
+    }
+    let w3 = parked.pop().unwrap();
+    let w2 = parked.pop().unwrap();
+    let w1 = parked.pop().unwrap();
+
+    // Terminate w2, in the middle of the queue: its backend exits (FATAL).
+    let pid = c.pid_of("w2");
+    c.admin_query("SELECT pg_terminate_backend($1)", &[&pid]);
+    let d2 = w2.join(PROMPT);
+    assert!(d2.result.is_err(), "a terminated session's statement fails");
+    common::wait_until("w2's backend is gone", PROMPT, || c.session("w2").is_none());
+    let s = c.status();
+    assert_eq!((s.queued(), s.int("queue_exits_total"), s.admitted()), (2, 1, 1));
+    assert_eq!(c.session("w1").unwrap().queue_position, Some(1));
+    assert_eq!(c.session("w3").unwrap().queue_position, Some(2));
+
+    // Terminate the head too, then let the last one in.
+    let pid = c.pid_of("w1");
+    c.admin_query("SELECT pg_terminate_backend($1)", &[&pid]);
+    assert!(w1.join(PROMPT).result.is_err());
+    common::wait_until("w1's backend is gone", PROMPT, || c.session("w1").is_none());
+    let s = c.status();
+    assert_eq!((s.queued(), s.int("queue_exits_total")), (1, 2));
+    assert_eq!(c.session("w3").unwrap().queue_position, Some(1));
+
+    h.ok("COMMIT");
+    w3.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+// -- 7. Exempt superuser --------------------------------------------------------
+
+#[test]
+fn an_exempt_superuser_is_never_parked() {
+    let c = Cluster::start(ONE_TICKET);
+    c.admin_exec("CREATE TABLE t (id int); INSERT INTO t VALUES (1);");
+    let mut h = holder(&c);
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+
+    // The gate is full and someone is queued; a superuser walks past both.
+    let su = c.superuser("su");
+    let d = su
+        .spawn("SELECT count(*) FROM t; BEGIN; UPDATE t SET id = id + 1; SELECT 1; COMMIT; INSERT INTO t VALUES (2);")
+        .join_ok(PROMPT);
+    assert!(d.elapsed < Duration::from_secs(1), "the superuser took {:?}", d.elapsed);
+    assert_eq!(c.session("su").unwrap().state, "exempt");
+    let s = c.status();
+    assert_eq!((s.admitted(), s.queued()), (1, 1), "the superuser took no place");
+    assert_eq!(c.session("waiter").unwrap().queue_position, Some(1));
+
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+// -- 8. Extended protocol and prepared statements -------------------------------
+
+#[test]
+fn extended_protocol_statements_are_gated() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = holder(&c);
+    // `query` with parameters goes through Parse/Bind/Execute.
+    let w = c.app("waiter").spawn_with(|client| {
+        let rows = client.query("SELECT $1::int + 1", &[&41i32])?;
+        assert_eq!(rows[0].get::<_, i32>(0), 42);
+        Ok(())
+    });
+    c.wait_queued("waiter");
+    assert_stays_queued(&c, &w, SHORT);
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+#[test]
+fn every_execution_of_a_prepared_statement_is_gated() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut w = c.app("waiter");
+    // Prepared once, while the gate is open.
+    let stmt = w.client.prepare("SELECT $1::int * 2").unwrap();
+    // Later executions send only Bind/Execute. From the sixth on the plan
+    // cache uses a generic plan and only ExecutorStart fires: still gated.
+    for round in 1..=7i32 {
+        let mut h = holder(&c);
+        let st = stmt.clone();
+        let r = w.spawn_with(move |client| {
+            let rows = client.query(&st, &[&round])?;
+            assert_eq!(rows[0].get::<_, i32>(0), 2 * round);
+            Ok(())
+        });
+        c.wait_queued("waiter");
+        h.ok("COMMIT");
+        w = r.join_ok(PROMPT).session;
+        drop(h);
+        common::wait_until("the holder has gone", PROMPT, || c.session("holder").is_none());
+    }
+    c.assert_quiet();
+}
+
+// -- 9. Statements that never wait ------------------------------------------------
+
+#[test]
+fn set_show_and_monitoring_queries_never_wait() {
+    // Were a probe parked, it would fail with 53000 rather than hang.
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.queue_timeout", "5s")]));
+    let mut h = holder(&c);
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+
+    let mut p = c.app("probe");
+    for sql in [
+        "SET work_mem = '8MB'",
+        "SHOW work_mem",
+        "RESET work_mem",
+        "SELECT queued FROM gatekeeper.status",
+        "SELECT * FROM gatekeeper.sessions",
+    ] {
+        let t0 = Instant::now();
+        p.ok(sql);
+        assert!(t0.elapsed() < Duration::from_millis(500), "{sql} took {:?}", t0.elapsed());
+    }
+    // The same look through the extended protocol (Parse/Bind/Execute).
+    let queued: i32 = p.client.query_one("SELECT queued FROM gatekeeper.status", &[]).unwrap().get(0);
+    assert_eq!(queued, 1);
+    assert_eq!(c.session("probe").unwrap().state, "idle");
+
+    // Control: an ordinary statement from the same session does park.
+    let p = p.spawn("SELECT 1");
+    assert_eq!(c.wait_queued("probe"), 2);
+
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    p.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+// -- 10. "Done when": 10 sessions, limit 2 -----------------------------------------
+
+#[test]
+fn ten_sessions_never_run_more_than_two_sleeps_at_once() {
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2")]);
+    const ROUNDS: usize = 3;
+    // Each statement is its own round trip, so every holder is briefly idle
+    // in transaction between BEGIN and its sleep (the trap of DESIGN §4).
+    let running: Vec<_> = (0..10)
+        .map(|i| {
+            c.app(&format!("s{i}")).spawn_with(|client| {
+                for _ in 0..ROUNDS {
+                    client.batch_execute("BEGIN")?;
+                    client.batch_execute("SELECT pg_sleep(0.3)")?;
+                    client.batch_execute("COMMIT")?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+
+    let (mut max_sleeping, mut saw_queue) = (0, false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running.iter().all(|r| r.is_finished()) {
+        assert!(Instant::now() < deadline, "the sessions did not finish");
+        let sleeping = c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'");
+        max_sleeping = max_sleeping.max(sleeping);
+        saw_queue |= c.status().queued() > 0;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for r in running {
+        r.join_ok(PROMPT);
+    }
+    assert!(max_sleeping <= 2, "{max_sleeping} sessions slept at once, limit 2");
+    assert_eq!(max_sleeping, 2, "the limit was never reached: the test proves nothing");
+    assert!(saw_queue, "nobody was ever queued");
+    assert_eq!(c.status().int("admitted_total"), 10 * ROUNDS as i64);
+    c.assert_quiet();
+}

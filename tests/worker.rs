@@ -1,0 +1,283 @@
+//! The background worker's duties (DESIGN §4, §5): lending the places of
+//! idle holders, counting lock waiters as running, breaking deadlocks with
+//! parked sessions, applying reloads, and surviving a crash restart; plus
+//! the lost-client check of parked sessions.
+//!
+//! Gated sessions are role `app`; the observer is the exempt superuser.
+//! Every test ends with `assert_quiet`.
+//!
+//! Ignored tests expose extension bugs:
+//! - the deadlock breaker reads `pg_blocking_pids()`'s int4[] through
+//!   `pgrx::Array::from_polymorphic_datum`, which looks the element type up
+//!   in the syscache; the worker has no database connection, so it crashes
+//!   with SIGSEGV and the postmaster restarts the cluster. It runs whenever
+//!   sessions are queued and any backend waits on a heavyweight lock.
+//! - the worker has no pg_stat_activity row (it never connects).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{assert_stays_queued, wait_until, Cluster, Session};
+
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// Limit 1; idle holders may lend their place (automatic ticket ceiling).
+const LIMIT_ONE: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1")];
+/// Limit 1, and the ticket ceiling switches lending off.
+const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
+
+/// A gated session that opens a transaction and idles in it.
+fn idle_in_transaction(c: &Cluster, name: &str) -> Session {
+    let mut s = c.app(name);
+    s.ok("BEGIN");
+    s.ok("SELECT 1");
+    s
+}
+
+/// Table `t` with one row (id 1), owned by `app` (so `app` may ALTER it).
+fn create_t(c: &Cluster) {
+    c.admin_exec(
+        "CREATE TABLE t (id int PRIMARY KEY, v int);
+         INSERT INTO t VALUES (1, 0);
+         ALTER TABLE t OWNER TO app;",
+    );
+}
+
+fn worker_count(c: &Cluster) -> i64 {
+    c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
+}
+
+// -- 1. Idle holders lend their place ---------------------------------------------
+
+#[test]
+fn an_idle_holder_lends_its_place() {
+    let c = Cluster::start(LIMIT_ONE);
+    let mut a = idle_in_transaction(&c, "A");
+
+    // A holds the only ticket but waits on its client: B gets in promptly.
+    let d = c.app("B").spawn("SELECT 1").join_ok(PROMPT);
+    assert!(d.elapsed < Duration::from_secs(1), "B waited {:?}", d.elapsed);
+    assert_eq!(c.activity_state("A").as_deref(), Some("idle in transaction"), "A has not committed");
+
+    // While B holds a lent place too, tickets exceed max_active.
+    let mut b = d.session;
+    b.ok("BEGIN");
+    b.ok("SELECT 1");
+    let s = c.status();
+    assert_eq!((s.max_active(), s.admitted()), (1, 2));
+    assert!(s.tickets() > s.max_active(), "tickets {} with two holders", s.tickets());
+
+    b.ok("COMMIT");
+    a.ok("COMMIT");
+    // Nobody holds the lent tickets now: they decay back to the limit.
+    c.wait_status("tickets decay back to max_active", |s| s.tickets() == 1);
+    c.assert_quiet();
+}
+
+// -- 2. Lock waiters count as running -------------------------------------------------
+
+#[test]
+fn a_lock_waiter_counts_as_running() {
+    let c = Cluster::start(LIMIT_ONE);
+    create_t(&c);
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("UPDATE t SET v = v + 1 WHERE id = 1");
+
+    // B is admitted on A's lent place, and then waits for A's row lock.
+    let b = c.app("B").spawn("UPDATE t SET v = v + 1 WHERE id = 1");
+    wait_until("B waits on A's row lock", PROMPT, || c.wait_event("B").0.as_deref() == Some("Lock"));
+    assert_eq!(c.session("B").unwrap().state, "active");
+
+    // B blocked on a lock still uses its place: C must not be lent one.
+    let cc = c.app("C").spawn("SELECT 1");
+    c.wait_queued("C");
+    assert_stays_queued(&c, &cc, Duration::from_millis(500));
+    let b_running: Option<bool> =
+        c.admin_query("SELECT counts_as_running FROM gatekeeper.sessions WHERE application_name = 'B'", &[])[0].get(0);
+    assert_eq!(b_running, Some(true));
+
+    // A commits: B gets its lock and finishes; C gets in.
+    a.ok("COMMIT");
+    b.join_ok(PROMPT);
+    cc.join_ok(PROMPT);
+    assert_eq!(c.admin_i64("SELECT v::bigint FROM t WHERE id = 1"), 2);
+    assert_eq!(c.status().int("overflow_total"), 0, "no deadlock to break here");
+    c.assert_quiet();
+}
+
+// -- 3. Deadlock breaker --------------------------------------------------------------
+
+/// B parks on `SELECT count(*) FROM t`, holding AccessShareLock on t from
+/// parse analysis; A, the holder, then runs ALTER TABLE t, which waits on B.
+/// Only the deadlock breaker can admit B (over the limit), and both must
+/// finish within 2 s of the ALTER.
+#[test]
+fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
+    // lock_timeout and queue_timeout stay 0: nothing else would end the wait.
+    let c = Cluster::start(LIMIT_ONE);
+    create_t(&c);
+    let a = idle_in_transaction(&c, "A");
+    let overflow_before = c.status().int("overflow_total");
+
+    // A is busy (sleeping) when B parks, so A's place is not lent to B.
+    let a_run = a.spawn("SELECT pg_sleep(1); ALTER TABLE t ADD COLUMN c int");
+    c.wait_for_event("A", "PgSleep");
+    let alter_at = Instant::now() + Duration::from_secs(1); // at the latest
+    let b_run = c.app("B").spawn("SELECT count(*) FROM t");
+    c.wait_queued("B");
+
+    let deadline = alter_at + PROMPT;
+    let b_done = b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
+    let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
+    assert!(Instant::now() <= deadline, "not broken within 2 s of the ALTER");
+    assert!(b_done.finished <= deadline);
+    assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+
+    a.ok("COMMIT");
+    assert_eq!(
+        c.admin_i64("SELECT count(*) FROM information_schema.columns WHERE table_name = 't' AND column_name = 'c'"),
+        1
+    );
+    c.assert_quiet();
+}
+
+#[test]
+fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
+    let c = Cluster::start(ONE_TICKET);
+    create_t(&c);
+    let a = idle_in_transaction(&c, "A");
+    let overflow_before = c.status().int("overflow_total");
+
+    // A idles, but lending is off: B stays parked, holding its table lock.
+    let b_run = c.app("B").spawn("SELECT count(*) FROM t");
+    c.wait_queued("B");
+    assert_stays_queued(&c, &b_run, Duration::from_millis(300));
+
+    let a_run = a.spawn("ALTER TABLE t ADD COLUMN c int");
+    let deadline = Instant::now() + PROMPT;
+    b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
+    let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
+    assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
+// -- 4. Lost client -------------------------------------------------------------------
+
+#[test]
+fn a_parked_session_whose_client_dies_is_ended() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.client_check_interval", "200ms"),
+    ]);
+    let mut h = idle_in_transaction(&c, "holder");
+
+    // A psql process of its own, so that we can kill the client outright.
+    let mut psql = Command::new("psql")
+        .args(["-X", "-h", c.dir.to_str().unwrap(), "-p", &c.port.to_string(), "-U", "app", "-d", "postgres"])
+        .args(["-c", "SELECT 1"])
+        .env("PGAPPNAME", "lost")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("psql");
+    c.wait_queued("lost");
+    let pid = c.pid_of("lost");
+
+    psql.kill().unwrap(); // SIGKILL
+    psql.wait().unwrap();
+    let killed = Instant::now();
+    wait_until("the lost client's backend exits", Duration::from_millis(1200), || {
+        c.admin_i64(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")) == 0
+    });
+    assert!(killed.elapsed() < Duration::from_millis(1200));
+
+    let s = c.status();
+    assert_eq!(s.int("clients_lost_total"), 1);
+    assert_eq!(s.int("queue_exits_total"), 0, "counted once, as a lost client");
+    assert_eq!((s.queued(), s.admitted()), (0, 1));
+
+    h.ok("COMMIT");
+    c.assert_quiet();
+}
+
+// -- 5. Reload ----------------------------------------------------------------------
+
+#[test]
+fn raising_max_active_by_reload_admits_parked_sessions_at_once() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = idle_in_transaction(&c, "holder");
+    let w1 = c.app("w1").spawn("SELECT 1");
+    c.wait_queued("w1");
+    let w2 = c.app("w2").spawn("SELECT 1");
+    c.wait_queued("w2");
+
+    let t0 = Instant::now();
+    c.set_conf(&[("pg_gatekeeper.max_active", "3")]);
+    let d1 = w1.join_ok(PROMPT);
+    let d2 = w2.join_ok(PROMPT);
+    let took = d1.finished.max(d2.finished) - t0;
+    assert!(took < Duration::from_secs(1), "admitted {took:?} after the reload");
+    let s = c.status();
+    assert_eq!((s.max_active(), s.admitted(), s.queued()), (3, 1, 0));
+
+    h.ok("COMMIT");
+    c.assert_quiet();
+}
+
+// -- 6. Crash restart ----------------------------------------------------------------
+
+#[test]
+fn the_gate_starts_clean_after_a_crash_restart() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.history_interval", "50ms"),
+    ]);
+    let _h = idle_in_transaction(&c, "holder");
+    let w1 = c.app("w1").spawn("SELECT 1");
+    c.wait_queued("w1");
+    let w2 = c.app("w2").spawn("SELECT 1");
+    c.wait_queued("w2");
+
+    // SIGKILL the holder's backend: the postmaster ends every backend and
+    // reinitialises shared memory.
+    Cluster::kill(c.pid_of("holder"), "KILL");
+    assert!(w1.join(Duration::from_secs(10)).result.is_err());
+    assert!(w2.join(Duration::from_secs(10)).result.is_err());
+    c.reconnect_admin(Duration::from_secs(20));
+
+    let s = c.status();
+    assert_eq!((s.admitted(), s.queued(), s.int("admitted_total")), (0, 0, 0), "{:?}", s.0);
+    // The worker is back: listed again, and recording history samples.
+    wait_until("the worker is back", Duration::from_secs(10), || worker_count(&c) == 1);
+    let last_sample =
+        || c.admin_query("SELECT max(sample_time)::text FROM gatekeeper.history", &[])[0].get::<_, Option<String>>(0);
+    let first = last_sample();
+    wait_until("the worker records history again", Duration::from_secs(10), || {
+        let now = last_sample();
+        now.is_some() && now != first
+    });
+
+    // Parking and hand-off work again.
+    let mut h = idle_in_transaction(&c, "holder2");
+    let w3 = c.app("w3").spawn("SELECT 1");
+    c.wait_queued("w3");
+    h.ok("COMMIT");
+    w3.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+// -- 7. The worker is visible -----------------------------------------------------------
+
+#[test]
+fn the_worker_shows_in_pg_stat_activity() {
+    let c = Cluster::start(&[]);
+    wait_until("one pg_gatekeeper worker runs", Duration::from_secs(5), || worker_count(&c) == 1);
+    c.assert_quiet();
+}
