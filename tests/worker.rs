@@ -5,14 +5,8 @@
 //!
 //! Gated sessions are role `app`; the observer is the exempt superuser.
 //! Every test ends with `assert_quiet`.
-//!
-//! Ignored tests expose extension bugs:
-//! - the deadlock breaker reads `pg_blocking_pids()`'s int4[] through
-//!   `pgrx::Array::from_polymorphic_datum`, which looks the element type up
-//!   in the syscache; the worker has no database connection, so it crashes
-//!   with SIGSEGV and the postmaster restarts the cluster. It runs whenever
-//!   sessions are queued and any backend waits on a heavyweight lock.
-//! - the worker has no pg_stat_activity row (it never connects).
+//! Also: long waits are logged (`log_min_wait`) and the history and the
+//! wait percentiles record them.
 
 mod common;
 
@@ -279,5 +273,35 @@ fn the_gate_starts_clean_after_a_crash_restart() {
 fn the_worker_shows_in_pg_stat_activity() {
     let c = Cluster::start(&[]);
     wait_until("one pg_gatekeeper worker runs", Duration::from_secs(5), || worker_count(&c) == 1);
+    c.assert_quiet();
+}
+
+// -- 8. Long waits are logged and recorded ---------------------------------------------
+
+#[test]
+fn long_waits_are_logged_and_recorded_in_history() {
+    let mut settings = ONE_TICKET.to_vec();
+    settings.extend([("pg_gatekeeper.log_min_wait", "100ms"), ("pg_gatekeeper.history_interval", "50ms")]);
+    let c = Cluster::start(&settings);
+    let mut h = idle_in_transaction(&c, "holder");
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+    let pid = c.pid_of("waiter");
+    // Keep the waiter parked past log_min_wait; the wait is the workload.
+    c.admin_exec("SELECT pg_sleep(0.3)");
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+
+    wait_until("the long wait is logged", Duration::from_secs(5), || {
+        c.log_tail(200).contains(&format!("pg_gatekeeper: process {pid} admitted after waiting"))
+    });
+    let s = c.status();
+    assert!(s.int("waited_total") == 1, "{:?}", s.0);
+    let p99 = c.admin_query("SELECT wait_p99_ms, wait_max_ms FROM gatekeeper.status", &[]);
+    let (p99, max): (f64, f64) = (p99[0].get(0), p99[0].get(1));
+    assert!(max >= 300.0 && p99 <= max && p99 >= 250.0, "p99 {p99}, max {max}");
+    wait_until("a history sample records the wait", Duration::from_secs(5), || {
+        c.admin_i64("SELECT count(*) FROM gatekeeper.history WHERE wait_p99_ms >= 250") >= 1
+    });
     c.assert_quiet();
 }
