@@ -30,20 +30,10 @@ END $$;
 -- statements, so poll through another session, one statement per poll.
 CREATE FUNCTION regress.wait_reload(cond text, timeout interval DEFAULT '20s')
 RETURNS boolean LANGUAGE plpgsql AS $$
-DECLARE
-  deadline timestamptz := clock_timestamp() + timeout;
-  ok boolean;
 BEGIN
   PERFORM dblink_connect('reload_probe', regress.conninfo(current_user));
-  LOOP
-    SELECT x INTO ok FROM dblink('reload_probe', 'SELECT ' || cond) AS t(x boolean);
-    EXIT WHEN ok;
-    IF clock_timestamp() > deadline THEN
-      PERFORM dblink_disconnect('reload_probe');
-      RAISE EXCEPTION 'timed out waiting for reload: %', cond;
-    END IF;
-    PERFORM pg_sleep(0.01);
-  END LOOP;
+  PERFORM regress.wait_for(format('SELECT x FROM dblink(%L, %L) AS t(x boolean)',
+                                  'reload_probe', 'SELECT ' || cond), timeout);
   PERFORM dblink_disconnect('reload_probe');
   RETURN true;
 END $$;
