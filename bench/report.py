@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Markdown summary of a benchmark run: bench/report.py RESULTS_DIR
+
+Reads RESULTS_DIR/results.csv (and meta.json when present) and writes
+RESULTS_DIR/summary.md: machine and command, then per workload the median and
+min-max over rounds of tps, average latency and p99 latency for every
+configuration and client count, the ratios that the performance bar in issue 4
+speaks of, and the overhead measurement when the run has one. It judges
+nothing; it only tabulates.
+"""
+
+import csv
+import json
+import os
+import re
+import statistics
+import sys
+
+TITLES = {
+    "tpcb": "TPC-B-like, simple protocol, loopback",
+    "select": "Select-only (-S -M prepared), loopback",
+    "slow": "Slow client (BEGIN; SELECT; \\sleep 1 ms; SELECT; \\sleep 1 ms; UPDATE; END)",
+}
+FAMILY_ORDER = {"bare": 0, "pgbouncer": 1, "gatekeeper": 2}
+
+
+def load(out):
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    meta = {}
+    p = os.path.join(out, "meta.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            meta = json.load(f)
+    return rows, meta
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def fmt(v, kind):
+    if v is None:
+        return "–"
+    if kind == "tps":
+        return "%.0f" % v
+    if kind == "pct":
+        return "%.1f" % v
+    if kind == "ratio":
+        return "%.2f" % v
+    if abs(v) < 10:
+        return "%.2f" % v
+    if abs(v) < 100:
+        return "%.1f" % v
+    return "%.0f" % v
+
+
+def cell(vals, kind):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "–"
+    med = statistics.median(vals)
+    if len(vals) == 1:
+        return fmt(med, kind)
+    return "%s (%s–%s)" % (fmt(med, kind), fmt(min(vals), kind), fmt(max(vals), kind))
+
+
+def median(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def config_order(rows):
+    seen = {}
+    for r in rows:
+        key = (FAMILY_ORDER.get(r["family"], 9), int(r["pool_size"] or 0), r["config"])
+        seen[r["config"]] = key
+    return [c for c, _ in sorted(seen.items(), key=lambda kv: kv[1])]
+
+
+def machine_block(meta, rows):
+    lines = []
+    if meta:
+        lines.append("- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s" % (
+            meta.get("nproc"), meta.get("cpu_model"), meta.get("memory_gb"), meta.get("os"), meta.get("kernel")))
+        lines.append("- **Software:** %s; %s; %s; pg_gatekeeper %s (%s)" % (
+            meta.get("postgres"), meta.get("pgbouncer"), meta.get("pgbench"), meta.get("git"),
+            meta.get("extension_build")))
+        lines.append("- **Command:** `%s`" % meta.get("command"))
+        lines.append("- **Run:** %s to %s; pgbench scale %s, %s s per run, %s round(s), `-j %s`, "
+                     "pgbench on the same machine, clients connect over TCP to 127.0.0.1" % (
+                         meta.get("started_at"), meta.get("finished_at", "?"), meta.get("scale"),
+                         meta.get("duration_s"), meta.get("rounds"), meta.get("jobs")))
+        ss = meta.get("server_settings", {})
+        shown = {k: v for k, v in ss.items()
+                 if k not in ("listen_addresses", "port", "unix_socket_directories", "logging_collector",
+                              "log_line_prefix")}
+        lines.append("- **Server:** %s; everything else default. One cluster; `bare` and PgBouncer run "
+                     "without the library in `shared_preload_libraries`, gatekeeper restarts it with the library" %
+                     ", ".join("`%s = %s`" % (k, v.strip("'")) for k, v in shown.items()))
+        pools = meta.get("pgbouncer_pools")
+        if pools:
+            lines.append("- **PgBouncer:** transaction pooling, pool sizes %s, server connections over the "
+                         "Unix socket. Select-only through PgBouncer uses `-M %s`: PgBouncer before 1.21 "
+                         "cannot pool protocol-level prepared statements in transaction mode" % (
+                             ", ".join(map(str, pools)), meta.get("pgbouncer_select_protocol")))
+        gkv = meta.get("gatekeeper_variants") or {}
+        gk_rows = [r for r in rows if r["family"] == "gatekeeper" and r["gk_max_active"]]
+        desc = []
+        for name, settings in gkv.items():
+            lim = sorted({r["gk_max_active"] for r in gk_rows if r["config"] == name})
+            ceil = sorted({r["gk_ticket_ceiling"] for r in gk_rows if r["config"] == name})
+            s = ", ".join("`%s = %s`" % kv for kv in settings.items()) or "defaults (automatic limit)"
+            desc.append("`%s`: %s; max_active resolved to %s, ticket ceiling %s" % (
+                name, s, "/".join(lim) or "?", "/".join(ceil) or "?"))
+        if desc:
+            lines.append("- **pg_gatekeeper:** " + "; ".join(desc))
+        if meta.get("sampling_rate", 1.0) < 1.0:
+            lines.append("- p99 from pgbench per-transaction logs sampled at %s" % meta["sampling_rate"])
+    return lines
+
+
+def workload_section(w, rows):
+    out = []
+    wr = [r for r in rows if r["workload"] == w]
+    ok = [r for r in wr if r["status"] == "ok"]
+    cfgs = config_order(wr)
+    clients = sorted({int(r["clients"]) for r in wr})
+    failed = [r for r in wr if r["status"] != "ok"]
+    out.append("### %s" % TITLES.get(w, w))
+    out.append("")
+
+    def grid(field, kind, title):
+        out.append("%s, median (min–max) over rounds:" % title)
+        out.append("")
+        out.append("| clients | " + " | ".join(cfgs) + " |")
+        out.append("|---:|" + "---:|" * len(cfgs))
+        for c in clients:
+            cells = []
+            for cfg in cfgs:
+                vals = [num(r[field]) for r in ok if int(r["clients"]) == c and r["config"] == cfg]
+                nfail = sum(1 for r in failed if int(r["clients"]) == c and r["config"] == cfg)
+                cells.append(cell(vals, kind) + (" (%d failed)" % nfail if nfail else ""))
+            out.append("| %d | %s |" % (c, " | ".join(cells)))
+        out.append("")
+
+    grid("tps", "tps", "**tps**")
+    grid("avg_latency_ms", "ms", "**Average latency, ms**")
+    grid("p99_latency_ms", "ms", "**p99 latency, ms**")
+
+    # comparisons of medians (what the bar speaks of); no verdicts
+    pools = [c for c in cfgs if c.startswith("pgbouncer")]
+    gks = [c for c in cfgs if any(r["family"] == "gatekeeper" and r["config"] == c for r in wr)]
+
+    def med(c, cfg, field):
+        return median([num(r[field]) for r in ok if int(r["clients"]) == c and r["config"] == cfg])
+
+    bare_best = max([med(c, "bare", "tps") or 0 for c in clients] or [0]) or None
+    for g in gks:
+        out.append("**%s compared** (ratios of medians; best pool = the PgBouncer pool with the highest "
+                   "median tps at that client count):" % g)
+        out.append("")
+        out.append("| clients | tps / bare | tps / best pool (pool) | tps / bare's best tps | "
+                   "p99 / best pool's p99 (lower is better) | worker CPU, % of a core | tickets avg (max) | queued avg |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for c in clients:
+            t = med(c, g, "tps")
+            b = med(c, "bare", "tps")
+            best = None
+            for p in pools:
+                v = med(c, p, "tps")
+                if v is not None and (best is None or v > best[1]):
+                    best = (p, v)
+            r_bare = t / b if t and b else None
+            r_pool = t / best[1] if t and best and best[1] else None
+            r_peak = t / bare_best if t and bare_best else None
+            p99 = med(c, g, "p99_latency_ms")
+            p99_pool = med(c, best[0], "p99_latency_ms") if best else None
+            r_p99 = p99 / p99_pool if p99 and p99_pool else None
+            tick = med(c, g, "gk_tickets_avg")
+            tick_max = med(c, g, "gk_tickets_max")
+            out.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+                c, fmt(r_bare, "ratio"),
+                "%s (%s)" % (fmt(r_pool, "ratio"), best[0].replace("pgbouncer-", "")) if best else "–",
+                fmt(r_peak, "ratio"), fmt(r_p99, "ratio"),
+                fmt(med(c, g, "worker_cpu_pct"), "pct"),
+                "%s (%s)" % (fmt(tick, "pct"), fmt(tick_max, "tps")) if tick is not None else "–",
+                fmt(med(c, g, "gk_queued_avg"), "pct")))
+        out.append("")
+    if pools:
+        out.append("PgBouncer's own CPU, %% of a core (median): %s" % "; ".join(
+            "%d clients: %s" % (c, ", ".join("%s %s" % (p.replace("pgbouncer-", "pool "),
+                                                        fmt(med(c, p, "pgbouncer_cpu_pct"), "pct"))
+                                             for p in pools)) for c in clients))
+        out.append("")
+    if failed:
+        out.append("**%d failed run(s):** %s" % (len(failed), "; ".join(
+            "%s %s c=%s r=%s: %s" % (r["workload"], r["config"], r["clients"], r["round"], r["error"])
+            for r in failed)))
+        out.append("")
+    out.append("![%s](%s.png)" % (TITLES.get(w, w), w))
+    out.append("")
+    return out
+
+
+def overhead_section(rows):
+    orows = [r for r in rows if r["workload"] == "overhead"]
+    if not orows:
+        return []
+    out = ["### Overhead with nothing queued (1 client, select-only, `-M prepared`)", ""]
+    out.append("Backend CPU time per statement from `/proc/<backend pid>/schedstat`, over the middle of "
+               "each run; the library not loaded (`bare`) against loaded and gating (`gatekeeper`), "
+               "interleaved.")
+    out.append("")
+    out.append("| round | config | µs CPU per statement | statements in window | tps |")
+    out.append("|---:|---|---:|---:|---:|")
+    for r in orows:
+        out.append("| %s | %s | %s | %s | %s |" % (r["round"], r["config"], r["backend_cpu_us_per_xact"] or "–",
+                                                r["cpu_window_xacts"] or "–", fmt(num(r["tps"]), "tps")))
+    out.append("")
+    meds = {}
+    for cfg in ("bare", "gatekeeper"):
+        meds[cfg] = median([num(r["backend_cpu_us_per_xact"]) for r in orows
+                            if r["config"] == cfg and r["status"] == "ok"])
+    if meds["bare"] and meds["gatekeeper"]:
+        rat = meds["gatekeeper"] / meds["bare"]
+        out.append("Median: bare %.3f µs, gatekeeper %.3f µs per statement; ratio %.4f (%+.2f%%)." % (
+            meds["bare"], meds["gatekeeper"], rat, (rat - 1) * 100))
+        tb = median([num(r["tps"]) for r in orows if r["config"] == "bare" and r["status"] == "ok"])
+        tg = median([num(r["tps"]) for r in orows if r["config"] == "gatekeeper" and r["status"] == "ok"])
+        if tb and tg:
+            out.append("Median tps: bare %.0f, gatekeeper %.0f (ratio %.4f)." % (tb, tg, tg / tb))
+        out.append("")
+    return out
+
+
+def main(out):
+    rows, meta = load(out)
+    md = ["## Benchmark: bare PostgreSQL, PgBouncer and pg_gatekeeper", ""]
+    md += machine_block(meta, rows)
+    md.append("")
+    workloads = []
+    for r in rows:
+        if r["workload"] != "overhead" and r["workload"] not in workloads:
+            workloads.append(r["workload"])
+    for w in workloads:
+        md += workload_section(w, rows)
+    md += overhead_section(rows)
+    text = "\n".join(md).rstrip() + "\n"
+    path = os.path.join(out, "summary.md")
+    with open(path, "w") as f:
+        f.write(text)
+    print("wrote %s" % path)
+    # The same with image links relative to the repository root, for the README.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rel = os.path.relpath(os.path.abspath(out), repo)
+    if not rel.startswith(".."):
+        path = os.path.join(out, "summary-readme.md")
+        with open(path, "w") as f:
+            f.write(re.sub(r"\]\(([\w.-]+\.png)\)", lambda m: "](%s/%s)" % (rel, m.group(1)), text))
+        print("wrote %s" % path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: report.py RESULTS_DIR")
+    main(sys.argv[1])

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# pg_gatekeeper benchmark: bare PostgreSQL vs PgBouncer vs pg_gatekeeper.
+#
+#   bench/run.sh                 full run (all workloads, 8..1000 clients, 3 rounds, 15 s per run)
+#   bench/run.sh --smoke         CI smoke: 16 clients, 3 s, 1 round, every configuration and workload
+#   bench/run.sh --overhead      backend CPU per statement, library loaded vs not (1 client)
+#   bench/run.sh --help          every option (passed on to bench/bench.py)
+#
+# Options handled here, the rest go to bench.py:
+#   --no-build   do not build and install the release extension (use what is installed)
+#   --build      build even in --smoke mode when an install is present
+#
+# Must run as root (apt-get, runuser); servers run as the postgres user.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+PG_CONFIG=$PG_BIN/pg_config
+
+build=auto
+smoke=0
+args=()
+for a in "$@"; do
+  case $a in
+    --no-build) build=no ;;
+    --build) build=yes ;;
+    --smoke) smoke=1; args+=("$a") ;;
+    -h|--help) exec python3 "$here/bench.py" --help ;;
+    *) args+=("$a") ;;
+  esac
+done
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bench/run.sh must run as root (it installs packages and starts servers as postgres)" >&2
+  exit 2
+fi
+
+# System Python: apt's matplotlib is not visible to a pyenv/virtualenv python3.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+
+need_pkgs=()
+command -v pgbouncer >/dev/null || need_pkgs+=(pgbouncer)
+[[ -x $PG_BIN/pgbench ]] || need_pkgs+=(postgresql-15)
+"$PY" -c 'import matplotlib' 2>/dev/null || need_pkgs+=(python3-matplotlib)
+if ((${#need_pkgs[@]})); then
+  echo "installing ${need_pkgs[*]} ..."
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y "${need_pkgs[@]}" >/dev/null 2>&1 || {
+    apt-get update >/dev/null && apt-get install -y "${need_pkgs[@]}" >/dev/null
+  }
+fi
+# Debian's pgbouncer package starts a service on install; ours runs on its own port, but
+# stop the packaged one if it is running so that it takes no CPU.
+if command -v systemctl >/dev/null && systemctl is-active --quiet pgbouncer 2>/dev/null; then
+  systemctl stop pgbouncer || true
+fi
+
+libdir=$("$PG_CONFIG" --pkglibdir)
+if [[ $build == auto && $smoke == 1 && -f $libdir/pg_gatekeeper.so ]]; then
+  build=no
+  echo "smoke: using the installed extension ($libdir/pg_gatekeeper.so); --build to rebuild"
+fi
+built=no
+if [[ $build != no ]]; then
+  echo "building and installing the release extension (cargo pgrx install --release) ..."
+  t0=$SECONDS
+  (cd "$repo" && env -u RUST_BACKTRACE cargo pgrx install --release --pg-config "$PG_CONFIG") \
+    >"${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" 2>&1 || {
+    tail -50 "${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" >&2
+    echo "release build failed; full log in ${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" >&2
+    exit 2
+  }
+  echo "built in $((SECONDS - t0)) s"
+  built=yes
+elif [[ ! -f $libdir/pg_gatekeeper.so ]]; then
+  echo "pg_gatekeeper is not installed ($libdir/pg_gatekeeper.so); drop --no-build" >&2
+  exit 2
+fi
+
+# 1000 clients need more than 1024 descriptors in pgbench and pgbouncer.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+# A server crash leaves a core file in the data directory (kept after a failure).
+ulimit -c unlimited 2>/dev/null || true
+
+exec "$PY" "$here/bench.py" --built-release "$built" \
+  --command-line "bench/run.sh${*:+ $*}" "${args[@]}"
