@@ -29,7 +29,7 @@ if [ $failed -eq 0 ]; then
   step "pg_regress" bash scripts/regress.sh
   # A separate target dir keeps these builds from thrashing cargo-pgrx's cache.
   step "integration tests" env CARGO_TARGET_DIR=target/itest \
-    cargo test --test gate --test worker -- --test-threads=2
+    cargo test --test gate --test worker --test chaos -- --test-threads=1
   step "benchmark smoke" bash bench/run.sh --smoke --no-build
 fi
 

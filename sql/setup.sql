@@ -39,10 +39,11 @@ BEGIN
 END $$;
 
 -- A libpq connection string to this instance as the given role.
-CREATE FUNCTION regress.conninfo(role text) RETURNS text LANGUAGE sql AS $$
+CREATE FUNCTION regress.conninfo(role text, db text DEFAULT current_database())
+RETURNS text LANGUAGE sql AS $$
   SELECT format('host=%s port=%s dbname=%s user=%s application_name=regress_%s',
                 split_part(current_setting('unix_socket_directories'), ',', 1),
-                current_setting('port'), current_database(), role, role)
+                current_setting('port'), db, role, role)
 $$;
 
 -- The gate at rest: nobody admitted, nobody queued, nobody parked.

@@ -61,15 +61,24 @@ SELECT * FROM dblink_get_result('a') AS t(x text);
 SELECT regress.quiet();
 SELECT transactions_admitted, times_parked FROM gatekeeper.sessions WHERE pid = :a_pid;
 
+-- CREATE INDEX CONCURRENTLY waits for every older snapshot in its
+-- database, this test session's included, so it runs in a database of its own.
+CREATE DATABASE regress_cic;
+SELECT dblink_exec(regress.conninfo(current_user, 'regress_cic'),
+                   'CREATE TABLE public.t3 (id int); ALTER TABLE public.t3 OWNER TO regress_app; GRANT CREATE ON SCHEMA public TO regress_app');
+SELECT dblink_connect('cic', regress.conninfo('regress_app', 'regress_cic'));
+SELECT pid AS cic_pid FROM dblink('cic', 'SELECT pg_backend_pid()') AS t(pid int) \gset
 SELECT dblink_exec('h', 'BEGIN');
 SELECT * FROM dblink('h', 'SELECT 1') AS t(x int);
-SELECT dblink_send_query('a', 'CREATE INDEX CONCURRENTLY t1_id ON public.t1 (id)');
+SELECT dblink_send_query('cic', 'CREATE INDEX CONCURRENTLY t3_id ON public.t3 (id)');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('h', 'COMMIT');
-SELECT * FROM dblink_get_result('a') AS t(x text);
-SELECT * FROM dblink_get_result('a') AS t(x text);
+SELECT * FROM dblink_get_result('cic') AS t(x text);
+SELECT * FROM dblink_get_result('cic') AS t(x text);
 SELECT regress.quiet();
-SELECT transactions_admitted, times_parked FROM gatekeeper.sessions WHERE pid = :a_pid;
+SELECT transactions_admitted, times_parked FROM gatekeeper.sessions WHERE pid = :cic_pid;
+SELECT dblink_disconnect('cic');
+DROP DATABASE regress_cic;
 
 SELECT dblink_exec('a', 'ANALYZE public.t1');
 SELECT transactions_admitted FROM gatekeeper.sessions WHERE pid = :a_pid;

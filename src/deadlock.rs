@@ -9,8 +9,14 @@
 //! waiter (`pg_blocking_pids`) and admits every parked blocker at once,
 //! over the limit, counted in `overflow_total`. This depends on neither
 //! `lock_timeout` nor `queue_timeout`.
+//!
+//! `pg_blocking_pids` holds every lock-manager partition lock while it
+//! looks, stalling every backend's lock acquisitions, and busy servers
+//! have many short row-lock waits that cannot involve the queue. So only
+//! a backend seen waiting on a lock at two consecutive checks is examined:
+//! a deadlock with the queue persists, an ordinary lock wait mostly does not.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
@@ -78,18 +84,35 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
     }
 }
 
-/// Look for lock waiters blocked by parked sessions and admit those sessions.
-/// Returns whether there was anything to examine.
-pub fn break_deadlocks(now: i64) -> bool {
+/// Backends seen waiting on a lock at the previous check.
+#[derive(Default)]
+pub struct Breaker {
+    seen: HashSet<i32>,
+}
+
+impl Breaker {
+    /// Look for lock waiters blocked by parked sessions and admit those
+    /// sessions. Returns whether there was anything to examine.
+    pub fn run(&mut self, now: i64) -> bool {
+        let waiting: HashSet<i32> = lock_waiters().into_iter().collect();
+        let persistent: Vec<i32> = waiting.intersection(&self.seen).copied().collect();
+        self.seen = waiting;
+        if self.seen.is_empty() {
+            return false;
+        }
+        if !persistent.is_empty() {
+            break_deadlocks(persistent, now);
+        }
+        true
+    }
+}
+
+fn break_deadlocks(waiters: Vec<i32>, now: i64) {
     let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
         l.gate.queue().map(|i| (l.gate.slot(i).pid, i)).collect()
     });
     if queued.is_empty() {
-        return false;
-    }
-    let waiters = lock_waiters();
-    if waiters.is_empty() {
-        return false;
+        return;
     }
     let mut to_admit: Vec<(usize, i32, i32)> = vec![];
     in_scratch_context(|| {
@@ -114,7 +137,6 @@ pub fn break_deadlocks(now: i64) -> bool {
             );
         }
     }
-    true
 }
 
 /// Run `f` in a memory context that is deleted afterwards, so that the

@@ -62,8 +62,12 @@ pub fn admit(point: Point) {
     match req {
         Request::Admitted => session::set_admitted(true),
         Request::Rejected { queued } => errors::queue_full(queued, max_queued, limit),
-        Request::Queued { .. } => {
-            shmem::wake_worker();
+        Request::Queued { position } => {
+            // The first session to queue starts the worker's sampling; while
+            // the queue lasts, its clock keeps it sampling.
+            if position == 1 {
+                shmem::wake_worker();
+            }
             wait(slot, now, point);
         }
     }

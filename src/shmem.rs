@@ -58,6 +58,8 @@ pub struct LimitStatus {
     pub running_avg: f64,
     /// When the worker last sampled, microseconds (0 = never).
     pub sampled_at_us: i64,
+    /// The CPUs' idle fraction the worker last measured.
+    pub cpu_idle: f64,
 }
 
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
@@ -131,6 +133,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 auto: resolved.auto,
                 ceiling: resolved.ceiling,
                 running_avg: f64::NAN,
+                cpu_idle: 1.0,
                 ..LimitStatus::default()
             };
             let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);

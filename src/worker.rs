@@ -5,7 +5,8 @@
 //! - While sessions are queued, samples the holders every
 //!   `sample_interval`: a holder waiting on its client (wait event class
 //!   Client, i.e. idle in transaction) is not running; anything else,
-//!   lock waits included, is. The controller then moves the ticket count.
+//!   lock waits included, is. With the CPUs' idle fraction (/proc/stat),
+//!   the controller then moves the ticket count.
 //! - Breaks deadlocks between holders and parked sessions (`deadlock`).
 //! - Records a history sample every `history_interval`.
 //!
@@ -13,10 +14,11 @@
 //! idle server costs it one wake-up per `history_interval`. A parking
 //! backend sets the worker's latch, so sampling starts at once.
 
+use std::fs;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gatekeeper_core::controller;
+use gatekeeper_core::{controller, cpus};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::SlotState;
@@ -30,6 +32,30 @@ use crate::{deadlock, gucs, limit, shmem};
 const RESOLVE_EVERY_US: i64 = 10_000_000;
 /// How often the deadlock breaker looks, at most, while it has work.
 const DEADLOCK_CHECK_EVERY_US: i64 = 100_000;
+/// Shortest window over which the CPUs' idle fraction is measured:
+/// /proc/stat counts in 10 ms ticks, so shorter windows are too coarse.
+const CPU_WINDOW_US: i64 = 200_000;
+
+/// The machine's CPU idle fraction (idle + iowait) from /proc/stat, over
+/// windows of at least [`CPU_WINDOW_US`]; 1.0 until first measured.
+struct CpuMeter {
+    last: Option<(i64, (u64, u64))>,
+    idle: f64,
+}
+
+impl CpuMeter {
+    fn idle(&mut self, now: i64) -> f64 {
+        if self.last.is_none_or(|(at, _)| now - at >= CPU_WINDOW_US) {
+            if let Some(cur) = fs::read_to_string("/proc/stat").ok().and_then(|s| cpus::parse_proc_stat(&s)) {
+                if let Some(f) = self.last.and_then(|(_, prev)| cpus::idle_fraction(prev, cur)) {
+                    self.idle = f;
+                }
+                self.last = Some((now, cur));
+            }
+        }
+        self.idle
+    }
+}
 
 pub fn register() {
     BackgroundWorkerBuilder::new("pg_gatekeeper worker")
@@ -68,6 +94,8 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_resolve_us = 0;
     let mut next_sample_us = 0;
     let mut next_deadlock_us = 0;
+    let mut cpu = CpuMeter { last: None, idle: 1.0 };
+    let mut breaker = deadlock::Breaker::default();
     let mut hist = shmem::with_gate_shared(|l| {
         let h = l.gate.header();
         HistoryState {
@@ -96,11 +124,11 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let interval_us = gucs::sample_interval_ms() as i64 * 1000;
         let queued = if now >= next_sample_us {
             next_sample_us = now + interval_us;
-            sample_and_steer(now)
+            sample_and_steer(now, cpu.idle(now))
         } else {
             shmem::with_gate_shared(|l| l.gate.header().queued)
         };
-        if queued > 0 && now >= next_deadlock_us && deadlock::break_deadlocks(now) {
+        if queued > 0 && now >= next_deadlock_us && breaker.run(now) {
             next_deadlock_us = now + DEADLOCK_CHECK_EVERY_US;
         }
         if now >= hist.next_at_us {
@@ -142,7 +170,7 @@ pub fn waits_on_client(procno: usize) -> bool {
 
 /// Sample which holders are running and, while sessions wait, move the
 /// ticket count. Returns the number of queued sessions.
-fn sample_and_steer(now: i64) -> u32 {
+fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
     shmem::with_gate(|mut l| {
         let h = *l.gate.header();
         let mut running = 0;
@@ -153,6 +181,7 @@ fn sample_and_steer(now: i64) -> u32 {
         }
         l.status.running = running;
         l.status.sampled_at_us = now;
+        l.status.cpu_idle = cpu_idle;
         let avg = if h.queued == 0 {
             f64::NAN
         } else {
@@ -167,6 +196,7 @@ fn sample_and_steer(now: i64) -> u32 {
             holders: h.holders,
             running: if avg.is_finite() { avg } else { running as f64 },
             queued: h.queued,
+            cpu_idle,
         });
         if next != h.tickets {
             l.gate.set_tickets(next, now, &mut shmem::wake);

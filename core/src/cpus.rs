@@ -112,6 +112,32 @@ pub fn effective_cpus(affinity: usize, quotas: &[f64]) -> f64 {
     cpus
 }
 
+/// CPU time counters from the first line of `/proc/stat`, in ticks:
+/// `(busy, idle)`, where idle includes iowait. `None` if malformed.
+pub fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
+    let line = s.lines().next()?;
+    let mut it = line.split_whitespace();
+    if it.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = it.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    if v.len() < 4 {
+        return None;
+    }
+    // user nice system idle iowait irq softirq steal (guest is within user).
+    let idle = v[3] + v.get(4).copied().unwrap_or(0);
+    let busy = v[0] + v[1] + v[2] + v.iter().skip(5).take(3).sum::<u64>();
+    Some((busy, idle))
+}
+
+/// Idle fraction between two `/proc/stat` readings; `None` if no time passed.
+pub fn idle_fraction(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let busy = after.0.saturating_sub(before.0);
+    let idle = after.1.saturating_sub(before.1);
+    let total = busy + idle;
+    (total > 0).then(|| idle as f64 / total as f64)
+}
+
 /// The automatic limit: `ceil(effective_cpus × per_cpu)`, at least 1.
 pub fn auto_limit(effective_cpus: f64, per_cpu: f64) -> u32 {
     let v = (effective_cpus * per_cpu).ceil();
@@ -181,6 +207,18 @@ mod tests {
         assert_eq!(effective_cpus(16, &[2.5, 4.0]), 2.5);
         assert_eq!(effective_cpus(2, &[4.0]), 2.0);
         assert_eq!(effective_cpus(0, &[]), 1.0);
+    }
+
+    #[test]
+    fn proc_stat_idle_fraction() {
+        let a = parse_proc_stat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!(a, (150, 850));
+        let b = parse_proc_stat("cpu  160 0 70 820 50 0 10 0 0 0\n").unwrap();
+        assert_eq!(b, (240, 870));
+        assert_eq!(idle_fraction(a, b), Some(20.0 / 110.0));
+        assert_eq!(idle_fraction(a, a), None);
+        assert_eq!(parse_proc_stat("intr 1 2 3"), None);
+        assert_eq!(parse_proc_stat(""), None);
     }
 
     #[test]
