@@ -51,6 +51,9 @@ pub fn admit(point: Point) {
     }
     let slot = session::ensure_attached();
     if session::is_exempt(slot) {
+        // Decided once per transaction: a reload that ends the exemption
+        // takes effect at the next transaction, never mid-way.
+        session::pass_this_transaction();
         return;
     }
     let now = crate::now_us();
@@ -206,6 +209,7 @@ pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _a
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
             if session::utility_depth() == 0 {
+                session::end_transaction();
                 // A timed-out BEGIN followed directly by COMMIT or ROLLBACK.
                 session::take_deferred_timeout();
                 if session::admitted() {

@@ -40,11 +40,19 @@ pub fn init() {
     }
 }
 
-/// The hot-path test shared by every hook: a gated client backend that
-/// holds no admission yet.
+/// The hot-path test shared by every hook: a gated client backend whose
+/// transaction holds no admission yet. A transaction that starts with the
+/// gate switched off for the session stays ungated until it ends.
 #[inline]
 fn needs_admission() -> bool {
-    !session::admitted() && session::is_client_backend() && gucs::enabled()
+    if session::settled() || !session::is_client_backend() {
+        return false;
+    }
+    if !gucs::enabled() {
+        session::pass_this_transaction();
+        return false;
+    }
+    true
 }
 
 #[pg_guard]

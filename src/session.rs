@@ -20,6 +20,10 @@ struct Local {
     slot: Cell<usize>,
     /// We may hold an admission.
     admitted: Cell<bool>,
+    /// This transaction was let through without admission (exempt, or
+    /// `enabled = off`): it stays ungated until it ends, whatever a reload
+    /// or a SET changes meanwhile, so that it is never parked mid-way.
+    passed: Cell<bool>,
     /// Cached exemption decision, and the settings generation it was made at.
     exempt: Cell<Option<(bool, u64)>>,
     /// Depth of gated utility statements being executed; while above zero,
@@ -45,6 +49,7 @@ thread_local! {
             attached: Cell::new(false),
             slot: Cell::new(0),
             admitted: Cell::new(false),
+            passed: Cell::new(false),
             exempt: Cell::new(None),
             utility_depth: Cell::new(0),
             deferred_timeout: Cell::new(None),
@@ -64,6 +69,22 @@ pub fn admitted() -> bool {
 
 pub fn set_admitted(v: bool) {
     LOCAL.with(|l| l.admitted.set(v));
+}
+
+/// Whether this transaction already holds an admission or was let through.
+#[inline]
+pub fn settled() -> bool {
+    LOCAL.with(|l| l.admitted.get() || l.passed.get())
+}
+
+/// Let the rest of this transaction through without admission.
+pub fn pass_this_transaction() {
+    LOCAL.with(|l| l.passed.set(true));
+}
+
+/// The transaction ended: the next one is decided afresh.
+pub fn end_transaction() {
+    LOCAL.with(|l| l.passed.set(false));
 }
 
 pub fn slot() -> usize {
@@ -103,7 +124,8 @@ impl Drop for UtilityScope {
         // command leaves no transaction to abort, so no transaction callback
         // will release for us: do it here.
         // SAFETY: IsTransactionState only reads backend-local state.
-        if depth == 0 && admitted() && !unsafe { pg_sys::IsTransactionState() } {
+        if depth == 0 && !unsafe { pg_sys::IsTransactionState() } {
+            end_transaction();
             crate::gate::release();
         }
     }

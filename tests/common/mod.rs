@@ -341,6 +341,83 @@ impl Cluster {
         let st = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
         assert!(st.success(), "kill -{signal} {pid}");
     }
+
+    // -- added for the chaos and restart tests (tests/chaos.rs) ---------------
+
+    /// Like [`Cluster::connect`], but a failure is returned instead of
+    /// panicking (for clients that reconnect while the server is busy).
+    pub fn try_connect(&self, user: &str, name: &str) -> Result<Client, postgres::Error> {
+        connect_to(&self.dir, self.port, user, name)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The server log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
+    /// The whole server log.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Run SQL on the observer connection and return the result, without
+    /// panicking (for statements that are expected to fail).
+    pub fn admin_try(&self, sql: &str) -> Result<(), postgres::Error> {
+        self.admin.lock().unwrap().batch_execute(sql)
+    }
+
+    /// Run `pg_ctl -D <data> args...` as the postgres user. A command that
+    /// starts the server (start, restart) must pass `-l <log>`, so that the
+    /// postmaster does not inherit this process's pipes.
+    pub fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
+        let data = self.data_dir();
+        let mut all = vec!["-D", data.to_str().unwrap()];
+        all.extend_from_slice(args);
+        as_postgres("pg_ctl", &all)
+    }
+
+    /// A `psql` client process of its own (so that it can be killed with
+    /// SIGKILL), connected as `user` with `application_name = name`, running
+    /// each of `commands` as a separate `-c` (each is sent as its own query).
+    /// Output is discarded.
+    pub fn psql(&self, user: &str, name: &str, commands: &[&str]) -> std::process::Child {
+        let mut cmd = Command::new("psql");
+        cmd.args(["-X", "-q", "-h", self.dir.to_str().unwrap(), "-p", &self.port.to_string()])
+            .args(["-U", user, "-d", "postgres"]);
+        for c in commands {
+            cmd.args(["-c", c]);
+        }
+        cmd.env("PGAPPNAME", name)
+            .env_remove("RUST_BACKTRACE")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn psql")
+    }
+}
+
+/// Lines of the server log `text` that contain `needle`.
+pub fn count_lines(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// Lines that mean a server process crashed or the server reinitialised.
+pub fn crash_lines(text: &str) -> Vec<String> {
+    const BAD: &[&str] = &[
+        "PANIC:",
+        "terminated by signal",
+        "was terminated by exception",
+        "TRAP:",
+        "terminating any other active server processes",
+        "all server processes terminated; reinitializing",
+    ];
+    text.lines().filter(|l| BAD.iter().any(|b| l.contains(b))).map(str::to_string).collect()
 }
 
 impl Drop for Cluster {
