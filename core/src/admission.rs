@@ -195,10 +195,18 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// Ask for admission for slot `i`, which must be idle.
-    /// `max_queued == 0` means the queue is unbounded.
+    /// Ask for admission for slot `i`. `max_queued == 0` means the queue is
+    /// unbounded. A slot that already holds an admission or waits for one
+    /// gets that answer again, changing nothing (the glue only asks for idle
+    /// slots; this keeps a mistake from linking a slot into the queue twice).
     pub fn request(&mut self, i: usize, now_us: i64, max_queued: u32) -> Request {
-        debug_assert_eq!(self.slots[i].state, SlotState::Idle);
+        match self.slots[i].state {
+            SlotState::Admitted => return Request::Admitted,
+            SlotState::Queued => {
+                return Request::Queued { position: self.queue_position(i).unwrap_or(self.h.queued) };
+            }
+            _ => {}
+        }
         if self.h.queued == 0 && self.h.holders < self.h.tickets {
             self.grant(i, now_us, false);
             return Request::Admitted;
@@ -523,6 +531,20 @@ mod tests {
         assert_eq!(h.counters.waited, 3);
         assert_eq!(h.counters.wait_time_us, 90 + 90 + 90);
         assert_eq!(h.waits.total(), 3);
+    }
+
+    #[test]
+    fn asking_twice_changes_nothing() {
+        let mut f = Fixture::new(3, 1);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, 0, 0), Request::Admitted);
+        assert_eq!(g.request(0, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, 0, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(2, 0, 0), Request::Queued { position: 2 });
+        assert_eq!(g.request(1, 5, 0), Request::Queued { position: 1 });
+        assert_eq!(g.slot(1).times_parked, 1);
+        assert_eq!((g.header().holders, g.header().queued), (1, 2));
+        g.check().unwrap();
     }
 
     #[test]

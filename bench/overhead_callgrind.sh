@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Instructions per statement with pg_gatekeeper preloaded and gating, against
+# the library not loaded, counted by callgrind in a single-user backend.
+# Unlike CPU time, instruction counts do not depend on what else the machine
+# does, so a difference of a fraction of a percent is measurable.
+#
+# Each configuration runs twice, with N1 and N2 single-row SELECTs (each its
+# own implicit transaction); (I(N2) - I(N1)) / (N2 - N1) removes start-up.
+# Usage (root): bash bench/overhead_callgrind.sh [N1 N2]
+set -euo pipefail
+N1=${1:-500}
+N2=${2:-2500}
+BIN=/usr/lib/postgresql/15/bin
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+
+work=$(mktemp -d /tmp/pg_gatekeeper_callgrind.XXXXXX)
+chown postgres: "$work"
+trap 'rm -rf "$work"' EXIT
+as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
+as_pg "$BIN/initdb" -D "$work/data" -A trust >/dev/null
+echo "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, 0 FROM generate_series(1, 1000) g;" |
+  as_pg "$BIN/postgres" --single -D "$work/data" postgres >/dev/null
+
+for n in "$N1" "$N2"; do
+  for i in $(seq "$n"); do echo "SELECT v FROM t WHERE id = $((i % 1000 + 1))"; done > "$work/in_$n.sql"
+done
+chown postgres: "$work"/in_*.sql
+
+instructions() { # preload n
+  local opts=(-c "shared_preload_libraries=$1")
+  # The single-user session is the bootstrap superuser: gate it anyway.
+  [ -n "$1" ] && opts+=(-c pg_gatekeeper.exempt_superusers=off)
+  as_pg valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+    "$BIN/postgres" --single -D "$work/data" "${opts[@]}" postgres < "$work/in_$2.sql" > /dev/null 2>"$work/vg.log"
+  grep -E '^(summary|totals):' "$work/cg.out" | head -1 | awk '{print $2}'
+}
+
+b1=$(instructions "" "$N1"); b2=$(instructions "" "$N2")
+g1=$(instructions pg_gatekeeper "$N1"); g2=$(instructions pg_gatekeeper "$N2")
+python3 - "$N1" "$N2" "$b1" "$b2" "$g1" "$g2" <<'PY'
+import sys
+n1, n2, b1, b2, g1, g2 = map(int, sys.argv[1:])
+bare = (b2 - b1) / (n2 - n1)
+gate = (g2 - g1) / (n2 - n1)
+print(f"instructions per statement: bare {bare:.0f}, gatekeeper {gate:.0f}, "
+      f"extra {gate - bare:.0f} ({(gate / bare - 1) * 100:+.2f}%)")
+PY
