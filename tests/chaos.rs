@@ -1,7 +1,7 @@
 //! Reliability under chaos, and crash/restart (issue 5, items 1 and 2).
 //!
 //! Run:
-//!   CARGO_TARGET_DIR=/work/tgt cargo test --test chaos -- --test-threads=1 --nocapture
+//!   CARGO_TARGET_DIR=target/itest cargo test --test chaos -- --test-threads=1 --nocapture
 //!
 //! Environment (cargo test has no custom flags):
 //! - `GATEKEEPER_CHAOS_LONG=1`: the big variant (the issue's `--long`):
