@@ -25,28 +25,40 @@ pub fn not_preloaded() -> ! {
     unreachable!("ERROR returned")
 }
 
-/// 53000: the wait in the queue exceeded `queue_timeout`.
-pub fn queue_timeout(waited_ms: u64, timeout_ms: u32, limit: u32, queued: u32) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
-        "pg_gatekeeper: timed out waiting for admission".into(),
-        format!(
-            "Waited {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued."
-        ),
-        "Retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
-    )
+/// 53000: a wait in the queue exceeded `queue_timeout`.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueTimeout {
+    pub waited_ms: u64,
+    pub timeout_ms: u32,
+    pub limit: u32,
+    /// Sessions still queued after this one left.
+    pub queued: u32,
+    /// The wait was at BEGIN: raised by the block's next statement, which
+    /// aborts the block.
+    pub at_begin: bool,
 }
 
-/// 53000, raised by the first gated statement of a block whose BEGIN timed out.
-pub fn queue_timeout_at_begin(waited_ms: u64, timeout_ms: u32, limit: u32, queued: u32) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
-        "pg_gatekeeper: timed out waiting for admission".into(),
-        format!(
-            "BEGIN waited {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued. The transaction block is aborted."
-        ),
-        "ROLLBACK and retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
-    )
+impl QueueTimeout {
+    pub fn raise(self) -> ! {
+        let QueueTimeout { waited_ms, timeout_ms, limit, queued, at_begin } = self;
+        let (what, after, hint) = if at_begin {
+            (
+                "BEGIN waited",
+                " The transaction block is aborted.",
+                "ROLLBACK and retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
+            )
+        } else {
+            ("Waited", "", "Retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.")
+        };
+        raise(
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            "pg_gatekeeper: timed out waiting for admission".into(),
+            format!(
+                "{what} {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued.{after}"
+            ),
+            hint,
+        )
+    }
 }
 
 /// 53400: the queue already holds `max_queued` sessions.

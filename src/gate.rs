@@ -23,7 +23,8 @@ use gatekeeper_core::{Abandon, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{errors, gucs, session, shmem};
+use crate::errors::{self, QueueTimeout};
+use crate::{gucs, session, shmem};
 
 unsafe extern "C-unwind" {
     /// libpq/libpq.h (PostgreSQL 14+): false when the client has gone away.
@@ -47,7 +48,7 @@ pub enum Point {
 /// The caller has checked that the session is gated and not yet admitted.
 pub fn admit(point: Point) {
     if let Some(t) = session::take_deferred_timeout() {
-        errors::queue_timeout_at_begin(t.waited_ms, t.timeout_ms, t.limit, t.queued);
+        t.raise();
     }
     let slot = session::ensure_attached();
     if session::is_exempt(slot) {
@@ -123,12 +124,13 @@ fn wait(slot: usize, started_us: i64, point: Point) {
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {
-                let queued = queued.saturating_sub(1);
-                if point == Point::Begin {
-                    session::defer_timeout(session::DeferredTimeout { waited_ms, timeout_ms, limit, queued });
+                let at_begin = point == Point::Begin;
+                let t = QueueTimeout { waited_ms, timeout_ms, limit, queued: queued.saturating_sub(1), at_begin };
+                if at_begin {
+                    session::defer_timeout(t);
                     return;
                 }
-                errors::queue_timeout(waited_ms, timeout_ms, limit, queued);
+                t.raise();
             }
             return; // admitted at the last moment
         }
@@ -199,6 +201,14 @@ pub fn release() {
     shmem::with_gate(|mut l| l.gate.release(slot, now, &mut shmem::wake));
 }
 
+/// The transaction is over: give back its admission and forget what was
+/// decided for it. Called at transaction end, and when a multi-transaction
+/// command fails between its internal transactions (no callback fires then).
+pub fn end_transaction() {
+    session::end_transaction();
+    release();
+}
+
 /// Transaction callback: an admission lasts until COMMIT, ROLLBACK, error
 /// abort or PREPARE TRANSACTION. Inside a gated utility statement that
 /// commits internally (VACUUM, CREATE INDEX CONCURRENTLY, a procedure's
@@ -209,12 +219,7 @@ pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _a
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
             if session::utility_depth() == 0 {
-                session::end_transaction();
-                // A timed-out BEGIN followed directly by COMMIT or ROLLBACK.
-                session::take_deferred_timeout();
-                if session::admitted() {
-                    release();
-                }
+                end_transaction();
             }
         }
         _ => {}

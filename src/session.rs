@@ -11,6 +11,7 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::errors::QueueTimeout;
 use crate::{gucs, shmem};
 
 struct Local {
@@ -31,16 +32,7 @@ struct Local {
     utility_depth: Cell<u32>,
     /// A queue timeout at BEGIN, to be raised by the block's next gated
     /// statement (see `gate::admit`).
-    deferred_timeout: Cell<Option<DeferredTimeout>>,
-}
-
-/// What a timed-out BEGIN leaves behind for the block's next statement.
-#[derive(Clone, Copy, Debug)]
-pub struct DeferredTimeout {
-    pub waited_ms: u64,
-    pub timeout_ms: u32,
-    pub limit: u32,
-    pub queued: u32,
+    deferred_timeout: Cell<Option<QueueTimeout>>,
 }
 
 thread_local! {
@@ -82,20 +74,25 @@ pub fn pass_this_transaction() {
     LOCAL.with(|l| l.passed.set(true));
 }
 
-/// The transaction ended: the next one is decided afresh.
+/// The transaction ended: forget what was decided for it (the caller
+/// releases any admission; see `gate::end_transaction`).
 pub fn end_transaction() {
-    LOCAL.with(|l| l.passed.set(false));
+    LOCAL.with(|l| {
+        l.passed.set(false);
+        // A timed-out BEGIN followed directly by COMMIT or ROLLBACK.
+        l.deferred_timeout.set(None);
+    });
 }
 
 pub fn slot() -> usize {
     LOCAL.with(|l| l.slot.get())
 }
 
-pub fn defer_timeout(t: DeferredTimeout) {
+pub fn defer_timeout(t: QueueTimeout) {
     LOCAL.with(|l| l.deferred_timeout.set(Some(t)));
 }
 
-pub fn take_deferred_timeout() -> Option<DeferredTimeout> {
+pub fn take_deferred_timeout() -> Option<QueueTimeout> {
     LOCAL.with(|l| l.deferred_timeout.take())
 }
 
@@ -125,8 +122,7 @@ impl Drop for UtilityScope {
         // will release for us: do it here.
         // SAFETY: IsTransactionState only reads backend-local state.
         if depth == 0 && !unsafe { pg_sys::IsTransactionState() } {
-            end_transaction();
-            crate::gate::release();
+            crate::gate::end_transaction();
         }
     }
 }

@@ -11,8 +11,8 @@
 //! - Records a history sample every `history_interval`.
 //!
 //! When nothing is queued it sleeps until the next history sample, so an
-//! idle server costs it one wake-up per `history_interval`. A parking
-//! backend sets the worker's latch, so sampling starts at once.
+//! idle server costs it one wake-up per `history_interval`. The first
+//! session to park sets the worker's latch, so sampling starts at once.
 
 use std::fs;
 use std::sync::atomic::Ordering;
