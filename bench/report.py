@@ -90,10 +90,18 @@ def machine_block(meta, rows):
             meta.get("postgres"), meta.get("pgbouncer"), meta.get("pgbench"), meta.get("git"),
             meta.get("extension_build")))
         lines.append("- **Command:** `%s`" % meta.get("command"))
+        warm = meta.get("warmup_s") or 0
         lines.append("- **Run:** %s to %s; pgbench scale %s, %s s per run, %s round(s), `-j %s`, "
                      "pgbench on the same machine, clients connect over TCP to 127.0.0.1" % (
                          meta.get("started_at"), meta.get("finished_at", "?"), meta.get("scale"),
                          meta.get("duration_s"), meta.get("rounds"), meta.get("jobs")))
+        if warm:
+            lines.append("- **Measured window:** each run's first %g s after its first completed transaction "
+                         "are warm-up and not counted (every backend starts cold: 1000 clients mean 1000 new "
+                         "backends loading their caches). tps, average and p99 latency come from pgbench's "
+                         "per-transaction logs of the remaining %g s; the same for every configuration. "
+                         "pgbench's whole-run figures are in the CSV (`tps_whole_run`)" % (
+                             warm, (meta.get("duration_s") or 0) - warm))
         ss = meta.get("server_settings", {})
         shown = {k: v for k, v in ss.items()
                  if k not in ("listen_addresses", "port", "unix_socket_directories", "logging_collector",

@@ -28,7 +28,7 @@ step "build and install (debug)" cargo pgrx install --pg-config "$BIN/pg_config"
 if [ $failed -eq 0 ]; then
   step "pg_regress" bash scripts/regress.sh
   # A separate target dir keeps these builds from thrashing cargo-pgrx's cache.
-  # One test at a time: the gate's lending depends on idle CPU time.
+  # One test at a time: timings (lending, the deadlock breaker) need the CPUs.
   step "integration tests" env CARGO_TARGET_DIR=target/itest \
     cargo test --test gate --test worker -- --test-threads=1
   step "chaos and restart tests" env CARGO_TARGET_DIR=target/itest \

@@ -23,6 +23,12 @@ ALTER SYSTEM SET pg_gatekeeper.active_per_cpu = 0;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.active_per_cpu = 'NaN';
 \echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.lend_min_cpu_idle = -0.1;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.lend_min_cpu_idle = 1.5;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.lend_min_cpu_idle = 'half';
+\echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.max_queued = -5;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.client_check_interval = '-1s';

@@ -16,6 +16,8 @@
 //!   the unwinding `Parked` guard leaves the queue;
 //! - FATAL (terminate, lost client, postmaster death): the backend exits and
 //!   `session::on_exit` leaves the queue, since FATAL does not unwind.
+//!
+//! How the sleep itself notices a lost client is in `park`.
 
 use std::time::Duration;
 
@@ -24,16 +26,12 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::errors::{self, QueueTimeout};
-use crate::{gucs, session, shmem};
-
-unsafe extern "C-unwind" {
-    /// libpq/libpq.h (PostgreSQL 14+): false when the client has gone away.
-    fn pq_check_connection() -> bool;
-}
+use crate::{gucs, park, session, shmem};
 
 /// Longest single sleep; the loop re-checks its state at least this often
-/// even if a wake-up were lost.
-const MAX_SLEEP: Duration = Duration::from_secs(1);
+/// even if a wake-up were lost. Parked sessions must not wake for nothing:
+/// 1,000 of them at one second would be 1,000 wake-ups a second.
+const MAX_SLEEP: Duration = Duration::from_secs(10);
 
 /// Where the admission is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,10 +104,13 @@ fn leave(slot: usize, why: Abandon) -> bool {
 fn wait(slot: usize, started_us: i64, point: Point) {
     let mut guard = Parked { slot, armed: true };
     let timeout_ms = gucs::queue_timeout_ms();
-    let check_ms = gucs::client_check_interval_ms();
-    let mut next_check_us = started_us + check_ms as i64 * 1000;
+    let mut sleeper = park::Sleeper::new(gucs::client_check_interval_ms(), started_us);
     loop {
         let now = crate::now_us();
+        // Before the admission check: polling the client may reset the latch.
+        if sleeper.client_gone(now) {
+            client_lost(&mut guard);
+        }
         let (admitted, limit, queued) = shmem::with_gate_shared(|l| {
             let h = l.gate.header();
             (l.gate.is_admitted(slot), h.limit, h.queued)
@@ -134,44 +135,41 @@ fn wait(slot: usize, started_us: i64, point: Point) {
             }
             return; // admitted at the last moment
         }
-        if check_ms > 0 && now >= next_check_us {
-            next_check_us = now + check_ms as i64 * 1000;
-            // SAFETY: pq_check_connection polls this backend's own client socket.
-            if !unsafe { pq_check_connection() } {
-                guard.armed = false;
-                leave(slot, Abandon::ClientLost);
-                // Let PostgreSQL end the backend as for any lost client:
-                // ProcessInterrupts raises FATAL "connection to client lost".
-                // SAFETY: these are the flags PostgreSQL's own client check sets.
-                unsafe {
-                    pg_sys::ClientConnectionLost = 1;
-                    pg_sys::InterruptPending = 1;
-                }
-                pg_sys::check_for_interrupts!();
-            }
-        }
-        let mut sleep = MAX_SLEEP.as_millis() as i64;
+        let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
         if timeout_ms > 0 {
-            sleep = sleep.min(timeout_ms as i64 - waited_ms as i64);
+            sleep_ms = sleep_ms.min(timeout_ms as i64 - waited_ms as i64);
         }
-        if check_ms > 0 {
-            sleep = sleep.min((next_check_us - now) / 1000);
-        }
-        // SAFETY: waiting on our own latch, as every PostgreSQL wait loop does.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
-                sleep.max(1) as _,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
+        if sleeper.sleep(now, sleep_ms) == park::Woke::ClientGone {
+            client_lost(&mut guard);
         }
         pg_sys::check_for_interrupts!();
     }
 }
 
-/// `log_min_wait`: log waits at least that long, as log_lock_waits does.
+/// The client hung up while we were parked: leave the queue and end the
+/// backend as PostgreSQL does for any lost client (FATAL "connection to
+/// client lost", raised by ProcessInterrupts).
+fn client_lost(guard: &mut Parked) -> ! {
+    guard.armed = false;
+    leave(guard.slot, Abandon::ClientLost);
+    // SAFETY: these are the flags PostgreSQL's own client check sets; with no
+    // client to send to, the FATAL goes to the log only.
+    unsafe {
+        pg_sys::ClientConnectionLost = 1;
+        pg_sys::InterruptPending = 1;
+    }
+    pg_sys::check_for_interrupts!();
+    // Only reached if interrupts were held off: end the backend ourselves.
+    // SAFETY: as ProcessInterrupts does before this FATAL.
+    unsafe { pg_sys::whereToSendOutput = pg_sys::CommandDest::DestNone };
+    pgrx::ereport!(
+        pgrx::PgLogLevel::FATAL,
+        pgrx::PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,
+        "connection to client lost"
+    );
+    unreachable!("FATAL returned")
+}
+
 fn log_wait(slot: usize, limit: u32, queued: u32) {
     let min = gucs::log_min_wait_ms();
     if min < 0 {
@@ -198,7 +196,7 @@ pub fn release() {
     session::set_admitted(false);
     let slot = session::slot();
     let now = crate::now_us();
-    shmem::with_gate(|mut l| l.gate.release(slot, now, &mut shmem::wake));
+    shmem::with_gate_waking(|mut l, wake| l.gate.release(slot, now, wake));
 }
 
 /// The transaction is over: give back its admission and forget what was

@@ -19,6 +19,8 @@ static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 static MAX_ACTIVE: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Running transactions per effective CPU, when `max_active` is 0.
 static ACTIVE_PER_CPU: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU);
+/// Lend tickets only while at least this fraction of CPU time is idle; 0 = no CPU condition.
+static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait in the queue, in ms; 0 waits forever.
@@ -41,6 +43,7 @@ static HISTORY_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 static HISTORY_SIZE: GucSetting<i32> = GucSetting::<i32>::new(600);
 
 pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
+pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
 pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
 /// Automatic ticket ceiling: this many times the limit.
@@ -139,6 +142,16 @@ pub fn init() {
             None,
         );
     }
+    GucRegistry::define_float_guc(
+        c"pg_gatekeeper.lend_min_cpu_idle",
+        c"Lend tickets to waiting sessions only while at least this fraction of CPU time is idle (0 = always).",
+        c"",
+        &LEND_MIN_CPU_IDLE,
+        0.0,
+        1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.client_check_interval",
         c"How often a parked session checks that its client is still connected (0 = never).",
@@ -201,6 +214,9 @@ pub fn max_active() -> u32 {
 }
 pub fn active_per_cpu() -> f64 {
     ACTIVE_PER_CPU.get()
+}
+pub fn lend_min_cpu_idle() -> f64 {
+    LEND_MIN_CPU_IDLE.get()
 }
 pub fn max_tickets() -> u32 {
     MAX_TICKETS.get() as u32

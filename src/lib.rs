@@ -20,6 +20,7 @@ mod gate;
 mod gucs;
 mod hooks;
 mod limit;
+mod park;
 mod monitor;
 mod session;
 mod shmem;

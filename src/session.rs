@@ -190,7 +190,7 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, _arg: pg_sys::Datum) {
     shmem::release_if_held();
     let i = slot();
     let now = crate::now_us();
-    shmem::with_gate(|mut l| l.gate.detach(i, now, &mut shmem::wake));
+    shmem::with_gate_waking(|mut l, wake| l.gate.detach(i, now, wake));
     LOCAL.with(|l| {
         l.attached.set(false);
         l.admitted.set(false);

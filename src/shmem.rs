@@ -208,6 +208,38 @@ pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
     with_lock(pg_sys::LWLockMode::LW_EXCLUSIVE, f)
 }
 
+/// Like [`with_gate`], for changes that may admit waiters: `f` gets the
+/// `wake` callback the core expects, and the latches are set after the lock
+/// is released, so that nobody queues on the lock while the signals go out.
+/// (A woken waiter re-checks its state under the lock, so the order is safe.)
+pub fn with_gate_waking<R>(f: impl FnOnce(Locked<'_>, &mut dyn FnMut(usize)) -> R) -> R {
+    let mut w = Wakeups { n: 0, buf: [0; WAKE_BATCH] };
+    let r = with_gate(|l| f(l, &mut |i| w.add(i)));
+    for &i in &w.buf[..w.n] {
+        wake(i);
+    }
+    r
+}
+
+/// Wake-ups collected under the lock, without allocating there.
+const WAKE_BATCH: usize = 16;
+struct Wakeups {
+    n: usize,
+    buf: [usize; WAKE_BATCH],
+}
+
+impl Wakeups {
+    fn add(&mut self, i: usize) {
+        if self.n < WAKE_BATCH {
+            self.buf[self.n] = i;
+            self.n += 1;
+        } else {
+            // A large jump in tickets: wake the rest at once.
+            wake(i);
+        }
+    }
+}
+
 /// Run `f` with the lock held in shared mode, for reading only.
 pub fn with_gate_shared<R>(f: impl FnOnce(&Locked<'_>) -> R) -> R {
     with_lock(pg_sys::LWLockMode::LW_SHARED, |l| f(&l))

@@ -148,11 +148,11 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
 fn apply_limit() {
     let r = limit::resolve();
     let now = crate::now_us();
-    shmem::with_gate(|mut l| {
+    shmem::with_gate_waking(|mut l, wake| {
         l.status.effective_cpus = r.effective_cpus;
         l.status.auto = r.auto;
         l.status.ceiling = r.ceiling;
-        l.gate.set_limit(r.limit, r.ceiling, now, &mut shmem::wake);
+        l.gate.set_limit(r.limit, r.ceiling, now, wake);
     });
 }
 
@@ -171,14 +171,21 @@ pub fn waits_on_client(procno: usize) -> bool {
 /// Sample which holders are running and, while sessions wait, move the
 /// ticket count. Returns the number of queued sessions.
 fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
-    shmem::with_gate(|mut l| {
-        let h = *l.gate.header();
+    // Count under the shared lock: the scan covers every slot, and backends
+    // taking and giving back tickets need the lock in exclusive mode.
+    let running = shmem::with_gate_shared(|l| {
         let mut running = 0;
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state == SlotState::Admitted && !waits_on_client(i) {
                 running += 1;
             }
         }
+        running
+    });
+    let lend_min_idle = gucs::lend_min_cpu_idle();
+    shmem::with_gate_waking(|mut l, wake| {
+        let h = *l.gate.header();
+        let running = running.min(h.holders);
         l.status.running = running;
         l.status.sampled_at_us = now;
         l.status.cpu_idle = cpu_idle;
@@ -197,9 +204,10 @@ fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
             running: if avg.is_finite() { avg } else { running as f64 },
             queued: h.queued,
             cpu_idle,
+            lend_min_idle,
         });
         if next != h.tickets {
-            l.gate.set_tickets(next, now, &mut shmem::wake);
+            l.gate.set_tickets(next, now, wake);
         }
         l.gate.header().queued
     })
