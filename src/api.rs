@@ -11,8 +11,8 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::shmem::{self, LimitStatus};
 use crate::session;
+use crate::shmem::{self, LimitStatus};
 
 fn ts(us: i64) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(us).ok()
@@ -102,8 +102,8 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 _ if session::role_is_exempt(be.st_userid) => "exempt",
                 _ => "idle",
             };
-            let counts_as_running = (slot.map(|s| s.state) == Some(SlotState::Admitted))
-                .then(|| !crate::worker::waits_on_client(procno));
+            let counts_as_running =
+                (slot.map(|s| s.state) == Some(SlotState::Admitted)).then(|| !crate::worker::waits_on_client(procno));
             let visible = read_all || pg_sys::has_privs_of_role(reader, be.st_userid);
             let (datname, usename, application_name) = if visible {
                 (
@@ -258,24 +258,14 @@ fn sessions() -> TableIterator<
 }
 
 #[pg_extern(name = "wait_histogram", parallel_restricted)]
-fn wait_histogram() -> TableIterator<
-    'static,
-    (
-        name!(bucket, i32),
-        name!(lower_ms, f64),
-        name!(upper_ms, Option<f64>),
-        name!(waits, i64),
-    ),
-> {
+fn wait_histogram(
+) -> TableIterator<'static, (name!(bucket, i32), name!(lower_ms, f64), name!(upper_ms, Option<f64>), name!(waits, i64))>
+{
     let h = shmem::with_gate_shared(|l| l.gate.header().waits);
-    TableIterator::new((0..NBUCKETS).map(move |i| {
-        (
-            i as i32,
-            ms(Histogram::lower_us(i)),
-            Histogram::upper_us(i).map(ms),
-            h.counts[i] as i64,
-        )
-    }))
+    TableIterator::new(
+        (0..NBUCKETS)
+            .map(move |i| (i as i32, ms(Histogram::lower_us(i)), Histogram::upper_us(i).map(ms), h.counts[i] as i64)),
+    )
 }
 
 #[pg_extern(name = "history", parallel_restricted)]

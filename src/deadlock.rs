@@ -59,11 +59,8 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
     // runs outside any transaction. Everything is palloc'd in the caller's
     // scratch memory context.
     unsafe {
-        let d = pg_sys::DirectFunctionCall1Coll(
-            Some(pg_blocking_pids_fn),
-            pg_sys::InvalidOid,
-            pg_sys::Datum::from(pid),
-        );
+        let d =
+            pg_sys::DirectFunctionCall1Coll(Some(pg_blocking_pids_fn), pg_sys::InvalidOid, pg_sys::Datum::from(pid));
         let arr = d.cast_mut_ptr::<pg_sys::ArrayType>();
         if arr.is_null() || (*arr).ndim == 0 {
             return vec![];
@@ -108,9 +105,8 @@ impl Breaker {
 }
 
 fn break_deadlocks(waiters: Vec<i32>, now: i64) {
-    let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
-        l.gate.queue().map(|i| (l.gate.slot(i).pid, i)).collect()
-    });
+    let queued: HashMap<i32, usize> =
+        shmem::with_gate_shared(|l| l.gate.queue().map(|i| (l.gate.slot(i).pid, i)).collect());
     if queued.is_empty() {
         return;
     }

@@ -5,10 +5,7 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 fn raise(code: PgSqlErrorCode, msg: String, detail: String, hint: &str) -> ! {
-    ErrorReport::new(code, msg, function_name!())
-        .set_detail(detail)
-        .set_hint(hint)
-        .report(PgLogLevel::ERROR);
+    ErrorReport::new(code, msg, function_name!()).set_detail(detail).set_hint(hint).report(PgLogLevel::ERROR);
     unreachable!("ERROR returned")
 }
 

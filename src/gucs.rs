@@ -249,10 +249,7 @@ pub fn history_size() -> usize {
 /// The roles listed in `exempt_roles`, parsed as PostgreSQL identifiers.
 /// Allocates; call it only when exemption must be decided again.
 pub fn exempt_roles() -> Vec<String> {
-    EXEMPT_ROLES
-        .get()
-        .and_then(|s| split_identifiers(&s))
-        .unwrap_or_default()
+    EXEMPT_ROLES.get().and_then(|s| split_identifiers(&s)).unwrap_or_default()
 }
 
 /// A counter that changes whenever a setting that decides exemption changes.
@@ -313,8 +310,7 @@ unsafe extern "C-unwind" fn check_exempt_roles(
     // return false; pstrdup puts them in the current memory context as guc.c expects.
     unsafe {
         pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
-        pg_sys::GUC_check_errdetail_string =
-            pg_sys::pstrdup(c"The value is not a valid list of role names.".as_ptr());
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(c"The value is not a valid list of role names.".as_ptr());
         pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(
             c"List role names separated by commas, double-quoting names that contain commas, spaces or capitals, e.g. 'app_admin, \"Reporting\"'.".as_ptr(),
         );

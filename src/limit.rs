@@ -61,11 +61,8 @@ pub fn effective_cpus() -> f64 {
 pub fn resolve() -> Resolved {
     let effective_cpus = effective_cpus();
     let manual = gucs::max_active();
-    let (limit, auto) = if manual > 0 {
-        (manual, false)
-    } else {
-        (cpus::auto_limit(effective_cpus, gucs::active_per_cpu()), true)
-    };
+    let (limit, auto) =
+        if manual > 0 { (manual, false) } else { (cpus::auto_limit(effective_cpus, gucs::active_per_cpu()), true) };
     let ceiling = match gucs::max_tickets() {
         0 => limit.saturating_mul(gucs::AUTO_TICKETS_FACTOR),
         n => n.max(limit),

@@ -194,12 +194,7 @@ fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R)
         let base = p.cast::<u8>();
         let slots = std::slice::from_raw_parts_mut(base.add(slots_at) as *mut Slot, nslots);
         let history = std::slice::from_raw_parts_mut(base.add(history_at) as *mut HistorySample, cap);
-        f(Locked {
-            gate: Gate::new(&mut (*p).header, slots),
-            status: &mut (*p).status,
-            ring: &mut (*p).ring,
-            history,
-        })
+        f(Locked { gate: Gate::new(&mut (*p).header, slots), status: &mut (*p).status, ring: &mut (*p).ring, history })
     }
 }
 

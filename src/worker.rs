@@ -18,10 +18,10 @@ use std::fs;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gatekeeper_core::{controller, cpus};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::SlotState;
+use gatekeeper_core::{controller, cpus};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;

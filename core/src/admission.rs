@@ -146,14 +146,8 @@ impl<'a> Gate<'a> {
 
     /// Reset everything to an empty gate with this limit.
     pub fn init(&mut self, limit: u32, now_us: i64) {
-        *self.h = GateHeader {
-            limit,
-            tickets: limit,
-            head: NIL,
-            tail: NIL,
-            stats_reset_us: now_us,
-            ..GateHeader::default()
-        };
+        *self.h =
+            GateHeader { limit, tickets: limit, head: NIL, tail: NIL, stats_reset_us: now_us, ..GateHeader::default() };
         for s in self.slots.iter_mut() {
             *s = Slot::default();
         }
@@ -337,8 +331,7 @@ impl<'a> Gate<'a> {
 
     /// How long the head of the queue has been waiting.
     pub fn oldest_wait_us(&self, now_us: i64) -> Option<u64> {
-        (self.h.head != NIL)
-            .then(|| (now_us - self.slots[self.h.head as usize].wait_start_us).max(0) as u64)
+        (self.h.head != NIL).then(|| (now_us - self.slots[self.h.head as usize].wait_start_us).max(0) as u64)
     }
 
     /// Index of the queue's head, if any.
@@ -394,10 +387,7 @@ impl<'a> Gate<'a> {
             return Err(format!("tickets {} below limit {}", h.tickets, h.limit));
         }
         if h.queued > 0 && h.holders < h.tickets {
-            return Err(format!(
-                "{} waiting while only {} of {} tickets are held",
-                h.queued, h.holders, h.tickets
-            ));
+            return Err(format!("{} waiting while only {} of {} tickets are held", h.queued, h.holders, h.tickets));
         }
         Ok(())
     }

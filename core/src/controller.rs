@@ -135,7 +135,17 @@ mod tests {
         // An idle holder with limit 1 is lent within three samples.
         let mut avg = smooth(None, 0, 1);
         let mut n = 1;
-        while next_tickets(Sample { limit: 1, ceiling: 8, tickets: 1, holders: 1, running: avg, queued: 1, cpu_idle: 1.0, lend_min_idle: 0.0 }) == 1 {
+        while next_tickets(Sample {
+            limit: 1,
+            ceiling: 8,
+            tickets: 1,
+            holders: 1,
+            running: avg,
+            queued: 1,
+            cpu_idle: 1.0,
+            lend_min_idle: 0.0,
+        }) == 1
+        {
             avg = smooth(Some(avg), 0, 1);
             n += 1;
         }
@@ -157,13 +167,31 @@ mod tests {
 
     #[test]
     fn ceiling_equal_to_limit_disables_lending() {
-        let x = Sample { limit: 2, ceiling: 2, tickets: 2, holders: 2, running: 0.0, queued: 5, cpu_idle: 1.0, lend_min_idle: 0.0 };
+        let x = Sample {
+            limit: 2,
+            ceiling: 2,
+            tickets: 2,
+            holders: 2,
+            running: 0.0,
+            queued: 5,
+            cpu_idle: 1.0,
+            lend_min_idle: 0.0,
+        };
         assert_eq!(next_tickets(x), 2);
     }
 
     #[test]
     fn out_of_range_tickets_are_pulled_back() {
-        let x = Sample { limit: 4, ceiling: 6, tickets: 20, holders: 0, running: 0.0, queued: 0, cpu_idle: 1.0, lend_min_idle: 0.0 };
+        let x = Sample {
+            limit: 4,
+            ceiling: 6,
+            tickets: 20,
+            holders: 0,
+            running: 0.0,
+            queued: 0,
+            cpu_idle: 1.0,
+            lend_min_idle: 0.0,
+        };
         // Clamped to the ceiling, then one step of decay (nobody holds them).
         assert_eq!(next_tickets(x), 5);
     }

@@ -36,10 +36,7 @@ pub fn parse_cpu_list(s: &str) -> Option<usize> {
 
 /// The affinity CPU count from the text of `/proc/self/status`.
 pub fn affinity_from_status(status: &str) -> Option<usize> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .and_then(parse_cpu_list)
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_cpu_list)
 }
 
 /// CPUs granted by a cgroup v2 `cpu.max` file; `None` when unlimited or malformed.

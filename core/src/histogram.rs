@@ -7,8 +7,8 @@
 
 /// Upper bounds of the buckets, in microseconds. The last bucket is open.
 pub const BOUNDS_US: [u64; NBUCKETS - 1] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000, 30_000_000, 60_000_000,
 ];
 /// Number of buckets, the open-ended last one included.
 pub const NBUCKETS: usize = 19;
