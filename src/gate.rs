@@ -215,10 +215,8 @@ pub fn end_transaction() {
 pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE => {
-            if session::utility_depth() == 0 {
-                end_transaction();
-            }
+        XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE if session::utility_depth() == 0 => {
+            end_transaction();
         }
         _ => {}
     }
