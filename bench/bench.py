@@ -930,11 +930,12 @@ def parse_args(argv):
     p.add_argument("--workloads", default="tpcb,select,slow", help="comma list of tpcb, select, slow")
     p.add_argument("--clients", default="8,64,256,512,1000", help="comma list of client counts")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--duration", type=int, default=15, help="seconds per pgbench run")
-    p.add_argument("--warmup", type=float, default=0,
+    p.add_argument("--duration", type=int, default=16, help="seconds per pgbench run")
+    p.add_argument("--warmup", type=float, default=6,
                    help="seconds from each run's first completed transaction that are not measured: "
                         "tps, latency average and percentiles come from the per-transaction logs of "
-                        "the rest of the run")
+                        "the rest of the run, up to its last transaction start (0: pgbench's own figures "
+                        "for the whole run; --smoke uses 0)")
     p.add_argument("--scale", type=int, default=10, help="pgbench -i scale")
     p.add_argument("--configs", default="bare,pgbouncer,gatekeeper",
                    help="comma list of configuration families: bare, pgbouncer, gatekeeper")
@@ -971,10 +972,13 @@ def parse_args(argv):
     if a.smoke:
         a.clients = "16"
         a.duration = 3
+        a.warmup = 0
         a.rounds = 1
         a.scale = 1
         a.workloads = "tpcb,select,slow"
         a.configs = "bare,pgbouncer,gatekeeper"
+    if a.warmup < 0 or (a.warmup > 0 and a.warmup > a.duration - 3):
+        p.error("--warmup must be 0 or leave at least 3 s of --duration to measure")
     a.workloads = parse_list(a.workloads)
     for w in a.workloads:
         if w not in WORKLOADS:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pg_gatekeeper benchmark: bare PostgreSQL vs PgBouncer vs pg_gatekeeper.
 #
-#   bench/run.sh                 full run (all workloads, 8..1000 clients, 3 rounds, 15 s per run)
+#   bench/run.sh                 full run (all workloads, 8..1000 clients, 3 rounds, 16 s per run measured after 6 s)
 #   bench/run.sh --smoke         CI smoke: 16 clients, 3 s, 1 round, every configuration and workload
 #   bench/run.sh --overhead      backend CPU per statement, library loaded vs not (1 client)
 #   bench/run.sh --help          every option (passed on to bench/bench.py)

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Where the CPU goes per committed transaction, during a steady-state window.
+
+Runs pgbench (TPC-B by default) against a server that is already running,
+waits for the warm-up, then reads /proc for every process twice, WINDOW
+seconds apart: CPU time (utime + stime), minor page faults and context
+switches, summed per command name (postgres, pgbench, pgbouncer, kernel
+threads). Divided by the transactions committed in the window
+(pg_stat_database.xact_commit), that gives the cost of one transaction in
+each process family, plus the machine's CPU split from /proc/stat.
+
+It answers "why is configuration A slower than B at N clients": run it once
+against each, one after the other, and compare the per-commit figures.
+
+Usage (as root, the server and PgBouncer already running):
+  python3 bench/profile_cpu.py --port 55432 --stats-port 55432 -c 1000
+  python3 bench/profile_cpu.py --port 56432 --stats-port 55432 -c 1000   # through PgBouncer
+
+pgbench options after `--` replace the default workload (TPC-B), e.g.
+  python3 bench/profile_cpu.py --port 55432 -- -f bench/slow_client.sql -s 10
+"""
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import time
+
+STAT_NAMES = "user nice system idle iowait irq softirq steal".split()
+
+
+def snapshot():
+    """pid -> (command, cpu ticks, minor faults, voluntary cs, involuntary cs)."""
+    out = {}
+    for p in glob.glob("/proc/[0-9]*"):
+        try:
+            st = open(p + "/stat").read()
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            f = st[st.rindex(")") + 2:].split()
+            cs = {}
+            for line in open(p + "/status"):
+                if "ctxt_switches" in line:
+                    k, v = line.split(":")
+                    cs[k] = int(v)
+            out[int(p[6:])] = (comm, int(f[11]) + int(f[12]), int(f[7]),
+                               cs.get("voluntary_ctxt_switches", 0), cs.get("nonvoluntary_ctxt_switches", 0))
+        except (OSError, ValueError, IndexError):
+            pass  # the process went away meanwhile
+    return out
+
+
+def machine_cpu():
+    v = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return sum(v), v
+
+
+def commits(args):
+    r = subprocess.run([os.path.join(args.pg_bin, "psql"), "-X", "-h", args.host, "-p", str(args.stats_port),
+                        "-U", args.user, "-Atc", "SELECT sum(xact_commit) FROM pg_stat_database", args.db],
+                       capture_output=True, text=True, check=True)
+    return int(r.stdout.strip())
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=55432, help="where pgbench connects (server or PgBouncer)")
+    p.add_argument("--stats-port", type=int, help="the server itself, for xact_commit (default --port)")
+    p.add_argument("--user", default="bench")
+    p.add_argument("--db", default="bench")
+    p.add_argument("-c", "--clients", type=int, default=1000)
+    p.add_argument("-j", "--jobs", type=int, default=2)
+    p.add_argument("--warmup", type=float, default=8, help="seconds before the window")
+    p.add_argument("--window", type=float, default=15, help="seconds measured")
+    p.add_argument("--top", type=int, default=6, help="command names shown")
+    p.add_argument("--pg-bin", default="/usr/lib/postgresql/15/bin")
+    a, extra = p.parse_known_args(argv)
+    extra = [x for x in extra if x != "--"]
+    a.stats_port = a.stats_port or a.port
+
+    cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", a.host, "-p", str(a.port), "-U", a.user, "-n",
+           "-c", str(a.clients), "-j", str(a.jobs), "-T", str(int(a.warmup + a.window + 3))] + extra + [a.db]
+    bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(a.warmup)
+    s0, m0, n0, t0 = snapshot(), machine_cpu(), commits(a), time.time()
+    time.sleep(a.window)
+    s1, m1, n1, t1 = snapshot(), machine_cpu(), commits(a), time.time()
+    out = bench.communicate()[0]
+    if bench.returncode != 0:
+        sys.exit("pgbench failed:\n" + out)
+
+    hz = os.sysconf("SC_CLK_TCK")
+    n = max(n1 - n0, 1)
+    wall = t1 - t0
+    total = m1[0] - m0[0]
+    print("pgbench: " + " ".join(cmd[1:]))
+    print("window %.1f s, %d commits (%.0f/s)" % (wall, n1 - n0, (n1 - n0) / wall))
+    print("machine: " + ", ".join("%s %.1f%%" % (name, 100.0 * (m1[1][i] - m0[1][i]) / total)
+                                  for i, name in enumerate(STAT_NAMES)))
+    agg = {}
+    for pid, (comm, cpu, flt, vcs, ivcs) in s1.items():
+        if pid in s0 and s0[pid][0] == comm:
+            o = s0[pid]
+            x = agg.setdefault(comm, [0, 0, 0, 0, 0])
+            x[0] += cpu - o[1]
+            x[1] += flt - o[2]
+            x[2] += vcs - o[3]
+            x[3] += ivcs - o[4]
+            x[4] += 1
+    print("%-22s %6s %7s   per commit: %8s %7s %6s %6s" % ("process", "count", "cores", "CPU µs", "minflt",
+                                                           "vcsw", "ivcsw"))
+    for comm, x in sorted(agg.items(), key=lambda kv: -kv[1][0])[:a.top]:
+        print("%-22s %6d %7.2f   %22.0f %7.1f %6.2f %6.2f" % (
+            comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
