@@ -141,6 +141,67 @@ def percentile(sorted_vals, q):
 # --------------------------------------------------------------------------
 # the cluster
 
+class HugePages:
+    """Reserves huge pages for the benchmark's server and gives them back.
+
+    With 1000 connections, every backend maps the shared memory with its own
+    page tables. With 4 kB pages each backend faults in every shared page it
+    touches, and the kernel's page reclaim and monitoring walk 1000 mappings
+    per page. PostgreSQL's documentation recommends huge pages for this; the
+    benchmark reserves them (vm.nr_hugepages) for its run, for every
+    configuration alike, and restores the previous value at exit."""
+
+    PATH = "/proc/sys/vm/nr_hugepages"
+
+    def __init__(self):
+        self.restore_to = None
+
+    @staticmethod
+    def meminfo(key):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def reserve(self, cluster):
+        """Returns the huge_pages setting to use: 'on' when reserved, else 'try'."""
+        need = cluster.huge_pages_needed()
+        if not need:
+            log("huge pages: could not size the shared memory; huge_pages = try")
+            return "try"
+        need = need + need // 10 + 8  # margin: the segment grows a little with settings
+        try:
+            with open(self.PATH) as f:
+                old = int(f.read())
+            free = self.meminfo("HugePages_Free")
+            if free < need:
+                with open(self.PATH, "w") as f:
+                    f.write(str(old + need - free))
+                self.restore_to = old
+            if self.meminfo("HugePages_Free") < need:
+                log("huge pages: only %d of %d could be reserved; huge_pages = try"
+                    % (self.meminfo("HugePages_Free"), need))
+                self.release()
+                return "try"
+        except OSError as e:
+            log("huge pages: cannot reserve (%s); huge_pages = try" % e)
+            return "try"
+        log("huge pages: %d reserved (vm.nr_hugepages %s)" % (
+            need, "unchanged" if self.restore_to is None else "%d -> %d, restored at exit" % (
+                self.restore_to, self.restore_to + need)))
+        return "on"
+
+    def release(self):
+        if self.restore_to is not None:
+            try:
+                with open(self.PATH, "w") as f:
+                    f.write(str(self.restore_to))
+            except OSError as e:
+                log("huge pages: could not restore vm.nr_hugepages to %d: %s" % (self.restore_to, e))
+            self.restore_to = None
+
+
 class Cluster:
     def __init__(self, args):
         self.a = args
@@ -154,6 +215,7 @@ class Cluster:
         self.loaded = None  # gk settings dict when the library is loaded, None when bare
         self.ext_created = False
         self.have_data = False
+        self.huge_pages = HugePages()
 
     def init(self, max_clients):
         if os.path.exists(self.work):
@@ -175,17 +237,42 @@ class Cluster:
             "shared_buffers": "'%s'" % self.a.shared_buffers,
             "max_wal_size": "'4GB'",
             "checkpoint_timeout": "'30min'",
+            # The gate exists for CPU contention. With synchronous_commit on,
+            # each commit waits for this VM's disk flush, the CPUs idle at low
+            # client counts, and the comparison measures the disk instead.
+            "synchronous_commit": "off",
             "logging_collector": "off",
             "log_line_prefix": "'%m [%p] '",
         }
         for kv in self.a.set:
             k, v = kv.split("=", 1)
             self.settings[k.strip()] = v.strip()
-        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
-            f.write("\n# pg_gatekeeper bench\n")
+        self.write_settings()
+        if self.a.huge_pages and "huge_pages" not in self.settings:
+            self.settings["huge_pages"] = self.huge_pages.reserve(self)
+            self.write_settings()
+
+    def write_settings(self):
+        conf = os.path.join(self.data, "postgresql.conf")
+        with open(conf) as f:
+            base = f.read().split("\n# pg_gatekeeper bench\n")[0]
+        with open(conf, "w") as f:
+            f.write(base + "\n# pg_gatekeeper bench\n")
             for k, v in self.settings.items():
                 f.write("%s = %s\n" % (k, v))
             f.write("include_if_exists = 'bench_config.conf'\n")
+
+    def huge_pages_needed(self):
+        """Huge pages the server's shared memory needs (PostgreSQL 15's
+        shared_memory_size_in_huge_pages), with the library loaded: its
+        segment makes the larger of the two configurations."""
+        r = run(as_postgres([os.path.join(self.bin, "postgres"), "-D", self.data,
+                             "-c", "shared_preload_libraries=pg_gatekeeper",
+                             "-C", "shared_memory_size_in_huge_pages"]), check=False)
+        try:
+            return int(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None
 
     def log_size(self):
         try:
@@ -514,6 +601,7 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - best effort at exit
             log("cleanup: %s" % e)
         self.cluster.stop_stale()
+        self.cluster.huge_pages.release()
 
     # -- configurations -------------------------------------------------------
     def configs(self):
@@ -951,6 +1039,9 @@ def parse_args(argv):
     p.add_argument("--pgbouncer-select-mode", default="simple", choices=["simple", "extended"],
                    help="protocol for select-only through PgBouncer (1.18 cannot pool -M prepared)")
     p.add_argument("--shared-buffers", default="256MB")
+    p.add_argument("--no-huge-pages", dest="huge_pages", action="store_false",
+                   help="do not reserve huge pages for the run (they are reserved by default and given back "
+                        "at exit; --set huge_pages=... also leaves them alone)")
     p.add_argument("--port", type=int, default=55432)
     p.add_argument("--pgbouncer-port", type=int, default=56432)
     p.add_argument("--workdir", default="/var/tmp/pg_gatekeeper_bench", help="throw-away cluster lives here")

@@ -5,8 +5,9 @@ Reads RESULTS_DIR/results.csv (and meta.json when present) and writes
 RESULTS_DIR/summary.md: machine and command, then per workload the median and
 min-max over rounds of tps, average latency and p99 latency for every
 configuration and client count, the ratios that the performance bar in issue 4
-speaks of, and the overhead measurement when the run has one. It judges
-nothing; it only tabulates.
+speaks of, the bar itself (each line met or missed, from the medians of
+this run, for the configuration named `gatekeeper`), and the overhead
+measurement when the run has one.
 """
 
 import csv
@@ -214,6 +215,81 @@ def workload_section(w, rows):
     return out
 
 
+def bar_section(rows, gk="gatekeeper"):
+    """Issue 4's performance bar, judged from this run's medians. Lines whose
+    workload or client count the run lacks are left out."""
+    ok = [r for r in rows if r["status"] == "ok"]
+
+    def med(w, c, cfg, field="tps"):
+        return median([num(r[field]) for r in ok
+                       if r["workload"] == w and int(r["clients"]) == c and r["config"] == cfg])
+
+    def clients(w):
+        return sorted({int(r["clients"]) for r in ok if r["workload"] == w})
+
+    def best_pool(w, c):
+        best = None
+        for p in {r["config"] for r in ok if r["family"] == "pgbouncer"}:
+            v = med(w, c, p)
+            if v is not None and (best is None or v > best[1]):
+                best = (p, v)
+        return best
+
+    lines = []
+
+    def add(text, ratios, need):
+        """ratios: [(label, value or None)]; met when every value is >= need."""
+        vals = [v for _, v in ratios]
+        if not vals or any(v is None for v in vals):
+            return
+        shown = ", ".join("%s%s×" % ((l + " ") if l else "", fmt(v, "ratio")) for l, v in ratios)
+        lines.append("| %s | %s | %s |" % (text, shown, "yes" if all(v >= need for v in vals) else "**no**"))
+
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    tc = clients("tpcb")
+    if tc:
+        add("TPC-B: ≥ PgBouncer's best pool at every client count",
+            [("%d:" % c, ratio(med("tpcb", c, gk), (best_pool("tpcb", c) or (None, None))[1])) for c in tc], 1.0)
+        add("TPC-B: ≥ 1.4× PgBouncer's best pool at 8 and 64 clients",
+            [("%d:" % c, ratio(med("tpcb", c, gk), (best_pool("tpcb", c) or (None, None))[1]))
+             for c in (8, 64) if c in tc], 1.4)
+        if 1000 in tc:
+            add("TPC-B: ≥ 2.0× bare at 1000 clients", [("", ratio(med("tpcb", 1000, gk), med("tpcb", 1000, "bare")))],
+                2.0)
+            peak = max([med("tpcb", c, "bare") or 0 for c in tc]) or None
+            add("TPC-B: at 1000 clients ≥ 0.5× bare's best tps at any client count",
+                [("", ratio(med("tpcb", 1000, gk), peak))], 0.5)
+            bp = best_pool("tpcb", 1000)
+            if bp:
+                p99_pool = med("tpcb", 1000, bp[0], "p99_latency_ms")
+                p99 = med("tpcb", 1000, gk, "p99_latency_ms")
+                if p99 and p99_pool:
+                    lines.append("| TPC-B: p99 latency at 1000 clients no worse than PgBouncer's best pool "
+                                 "| %s ms vs %s ms (%s) | %s |" % (fmt(p99, "ms"), fmt(p99_pool, "ms"), bp[0],
+                                                                   "yes" if p99 <= p99_pool else "**no**"))
+        if 8 in tc:
+            add("TPC-B: at 8 clients ≥ 0.97× bare", [("", ratio(med("tpcb", 8, gk), med("tpcb", 8, "bare")))], 0.97)
+    sc = clients("slow")
+    if sc:
+        add("Slow client: ≥ 0.95× bare at every client count",
+            [("%d:" % c, ratio(med("slow", c, gk), med("slow", c, "bare"))) for c in sc], 0.95)
+        if 1000 in sc:
+            add("Slow client at 1000: ≥ 1.3× PgBouncer's best pool",
+                [("", ratio(med("slow", 1000, gk), (best_pool("slow", 1000) or (None, None))[1]))], 1.3)
+            add("Slow client at 1000: ≥ 1.2× bare", [("", ratio(med("slow", 1000, gk), med("slow", 1000, "bare")))],
+                1.2)
+    if 8 in clients("select"):
+        add("Select-only at 8 clients: ≥ 0.97× bare",
+            [("", ratio(med("select", 8, gk), med("select", 8, "bare")))], 0.97)
+    if not lines:
+        return []
+    out = ["### Against the bar (issue 4), from this run's medians", "",
+           "| bar | %s in this run | met |" % gk, "|---|---|---|"]
+    return out + lines + [""]
+
+
 def overhead_section(rows):
     orows = [r for r in rows if r["workload"] == "overhead"]
     if not orows:
@@ -250,6 +326,7 @@ def main(out):
     md = ["## Benchmark: bare PostgreSQL, PgBouncer and pg_gatekeeper", ""]
     md += machine_block(meta, rows)
     md.append("")
+    md += bar_section(rows)
     workloads = []
     for r in rows:
         if r["workload"] != "overhead" and r["workload"] not in workloads:
