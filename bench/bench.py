@@ -626,6 +626,14 @@ class Runner:
         return seen
 
     # -- one pgbench run ----------------------------------------------------------
+    def extra_warmup(self, clients):
+        """Seconds of warm-up added for `clients` (--warmup-per-client), and
+        added to the run's duration, so that the measured window keeps its
+        length: every client is a new backend that must load its caches."""
+        if self.a.warmup <= 0:
+            return 0
+        return int(round(self.a.warmup_per_client * clients / 1000.0))
+
     def pgbench_cmd(self, workload, cfg, clients, duration, prefix, sampling=None):
         _desc, wargs, proto = WORKLOADS[workload]
         if cfg["family"] == "pgbouncer":
@@ -650,7 +658,8 @@ class Runner:
         error, server crash, harness error) fails the run, not the benchmark:
         the server is restarted cleanly for the next run."""
         a = self.a
-        duration = duration or a.duration
+        if duration is None:
+            duration = a.duration + self.extra_warmup(clients)
         self.run_seq += 1
         rid = "%04d-%s-%s-c%d-r%d" % (self.run_seq, workload, cfg["name"], clients, rnd)
         prefix = os.path.join(a.workdir, "runs", rid)
@@ -750,7 +759,7 @@ class Runner:
         out = open(prefix + ".out").read()
         res = parse_pgbench(out)
         row.update({k: v for k, v in res.items()})
-        warm = 0.0 if cpu_window_backend else float(a.warmup)
+        warm = 0.0 if cpu_window_backend else float(a.warmup) + self.extra_warmup(clients)
         lats, _failed, in_window, span, series = read_logs(prefix, window, warm)
         row["warmup_s"] = warm
         rate = a.sampling_rate if a.sampling_rate < 1.0 and not cpu_window_backend else 1.0
@@ -891,7 +900,12 @@ class Runner:
             log("workloads %s; clients %s; rounds %d; %d s per run; configurations %s" % (
                 ",".join(a.workloads), ",".join(map(str, a.clients)), a.rounds, a.duration,
                 ", ".join(c["name"] for c in cfgs)))
-            log("%d runs; first estimate %s" % (len(steps), fmt_hms(len(steps) * (a.duration + 4))))
+            if a.warmup > 0 and a.warmup_per_client > 0:
+                log("measured from %g s after each run's first transaction, plus %g ms per client (%s)" % (
+                    a.warmup, a.warmup_per_client, ", ".join(
+                        "%d clients: %g s" % (c, a.warmup + self.extra_warmup(c)) for c in a.clients)))
+            log("%d runs; first estimate %s" % (len(steps), fmt_hms(
+                sum(a.duration + self.extra_warmup(c) + 4 for _, c, _, _ in steps))))
         t_init = time.time()
         self.cluster.init(max_clients)
         self.cluster.start(None)
@@ -907,7 +921,7 @@ class Runner:
             took = {}  # clients -> [seconds per run], for the ETA
             for i, (rnd, clients, w, cfg) in enumerate(steps):
                 every = [t for ts in took.values() for t in ts]
-                guess = sum(every) / len(every) if every else a.duration + 4
+                guess = sum(every) / len(every) if every else a.duration + self.extra_warmup(clients) + 4
                 eta = sum(sum(took[c]) / len(took[c]) if c in took else guess
                           for _, c, _, _ in steps[i:])
                 t_step = time.time()
@@ -998,6 +1012,7 @@ class Runner:
             "scale": a.scale,
             "duration_s": a.overhead_duration if a.overhead else a.duration,
             "warmup_s": 0 if a.overhead else a.warmup,
+            "warmup_per_client_ms": 0 if a.overhead or a.warmup <= 0 else a.warmup_per_client,
             "rounds": a.overhead_rounds if a.overhead else a.rounds,
             "clients": a.clients,
             "workloads": a.workloads,
@@ -1024,6 +1039,11 @@ def parse_args(argv):
                         "tps, latency average and percentiles come from the per-transaction logs of "
                         "the rest of the run, up to its last transaction start (0: pgbench's own figures "
                         "for the whole run; --smoke uses 0)")
+    p.add_argument("--warmup-per-client", type=float, default=8, metavar="MS",
+                   help="milliseconds of warm-up added per client, to both the warm-up and the run's "
+                        "duration, so that the measured window stays --duration minus --warmup long: "
+                        "1000 clients are 1000 new backends, each loading its caches on its first "
+                        "transactions (default 8: 8 s more at 1000 clients; 0 = none)")
     p.add_argument("--scale", type=int, default=10, help="pgbench -i scale")
     p.add_argument("--configs", default="bare,pgbouncer,gatekeeper",
                    help="comma list of configuration families: bare, pgbouncer, gatekeeper")
@@ -1064,10 +1084,13 @@ def parse_args(argv):
         a.clients = "16"
         a.duration = 3
         a.warmup = 0
+        a.warmup_per_client = 0
         a.rounds = 1
         a.scale = 1
         a.workloads = "tpcb,select,slow"
         a.configs = "bare,pgbouncer,gatekeeper"
+    if a.warmup_per_client < 0:
+        p.error("--warmup-per-client must be 0 or more")
     if a.warmup < 0 or (a.warmup > 0 and a.warmup > a.duration - 3):
         p.error("--warmup must be 0 or leave at least 3 s of --duration to measure")
     a.workloads = parse_list(a.workloads)

@@ -96,13 +96,21 @@ def machine_block(meta, rows):
                      "pgbench on the same machine, clients connect over TCP to 127.0.0.1" % (
                          meta.get("started_at"), meta.get("finished_at", "?"), meta.get("scale"),
                          meta.get("duration_s"), meta.get("rounds"), meta.get("jobs")))
+        per_client = meta.get("warmup_per_client_ms") or 0
         if warm:
-            lines.append("- **Measured window:** each run's first %g s after its first completed transaction "
+            if per_client:
+                span = "%g s plus %g ms per client (%s)" % (warm, per_client, ", ".join(
+                    "%d clients: %g s" % (c, warm + round(per_client * c / 1000.0))
+                    for c in meta.get("clients") or []))
+                tail = "; each run lasts %g s plus the same per-client time" % (meta.get("duration_s") or 0)
+            else:
+                span, tail = "%g s" % warm, ""
+            lines.append("- **Measured window:** each run's first %s after its first completed transaction "
                          "are warm-up and not counted (every backend starts cold: 1000 clients mean 1000 new "
                          "backends loading their caches). tps, average and p99 latency come from pgbench's "
-                         "per-transaction logs of the remaining %g s; the same for every configuration. "
+                         "per-transaction logs of the remaining %g s%s; the same for every configuration. "
                          "pgbench's whole-run figures are in the CSV (`tps_whole_run`)" % (
-                             warm, (meta.get("duration_s") or 0) - warm))
+                             span, (meta.get("duration_s") or 0) - warm, tail))
         ss = meta.get("server_settings", {})
         shown = {k: v for k, v in ss.items()
                  if k not in ("listen_addresses", "port", "unix_socket_directories", "logging_collector",

@@ -46,8 +46,6 @@ pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
 pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
 pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
-/// Automatic ticket ceiling: this many times the limit.
-pub const AUTO_TICKETS_FACTOR: u32 = 8;
 /// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
 const MAX_BACKENDS: i32 = 0x3FFFF;
 
@@ -90,7 +88,7 @@ pub fn init() {
         c"pg_gatekeeper.max_tickets",
         c"Most admissions at once, counting holders that wait on their client (0 = automatic).",
         c"Holders that are idle in transaction lend their place; this caps how far. \
-          0 means 8 times the limit; a value at or below the limit disables lending.",
+          0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
         &MAX_TICKETS,
         0,
         MAX_BACKENDS,

@@ -7,6 +7,7 @@
 use std::fs;
 
 use gatekeeper_core::cpus;
+use pgrx::pg_sys;
 
 use crate::gucs;
 
@@ -63,8 +64,13 @@ pub fn resolve() -> Resolved {
     let manual = gucs::max_active();
     let (limit, auto) =
         if manual > 0 { (manual, false) } else { (cpus::auto_limit(effective_cpus, gucs::active_per_cpu()), true) };
+    // 0: no cap but the backends themselves. The running-holder rule alone
+    // decides how far idle holders lend (see the README's benchmark section).
+    // SAFETY: MaxBackends is set by the postmaster before shared memory is
+    // sized, and inherited by every process that resolves the limit.
+    let backends = unsafe { pg_sys::MaxBackends }.max(1) as u32;
     let ceiling = match gucs::max_tickets() {
-        0 => limit.saturating_mul(gucs::AUTO_TICKETS_FACTOR),
+        0 => backends.max(limit),
         n => n.max(limit),
     };
     Resolved { limit, ceiling, effective_cpus, auto }

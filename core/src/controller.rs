@@ -4,12 +4,18 @@
 //! that use the server (running a statement, or blocked on a lock or I/O).
 //! Holders that wait on their own client do not use the CPUs, so while
 //! sessions are queued and the sampled running count stays below the
-//! target, one more ticket is issued per step (additive increase). When the
-//! running count goes above the target, one ticket is taken back per step
-//! by not re-issuing it at the next release (additive decrease). Tickets
-//! never leave `[limit, ceiling]`. With nobody queued, surplus tickets that
-//! nobody holds decay back towards the limit, so that a burst meets the
-//! target rather than a stale, inflated ticket count.
+//! target, more tickets are issued: as many per step as the running count
+//! falls short of the target (less the margin), at least one, and never
+//! more than are queued. Slow clients that leave most holders idle get
+//! their tickets within a few steps instead of one step per ticket. When the
+//! running count goes above the target, as many tickets as there are
+//! running holders too many are taken back at once, by not re-issuing them
+//! at the next releases (proportional decrease): after slow clients have
+//! been lent hundreds of tickets, a switch to CPU-bound work must not take
+//! hundreds of steps to undo. Tickets never leave `[limit, ceiling]`.
+//! With nobody queued, tickets that nobody holds are cut back at once to a
+//! limit's worth, so that a burst meets the target rather than a stale,
+//! inflated ticket count.
 //!
 //! Optionally, lending also waits for the CPUs to have time to spare
 //! (`Sample::lend_min_idle`, the `lend_min_cpu_idle` setting): tickets are
@@ -65,13 +71,19 @@ pub fn next_tickets(s: Sample) -> u32 {
     let t = s.tickets.clamp(s.limit, ceiling);
     let target = s.limit as f64;
     let next = if s.running > target + HYSTERESIS {
-        t.saturating_sub(1)
+        // At least one; `running` is bounded by the backends, so the cast holds.
+        t.saturating_sub(((s.running - target).ceil() as u32).max(1))
     } else if s.queued > 0 && s.running < target - HYSTERESIS && s.cpu_idle >= s.lend_min_idle {
-        t.saturating_add(1)
+        // As many as the running holders fall short of the target, and no
+        // more than are waiting: at least one.
+        let short = (target - HYSTERESIS - s.running).floor() as u32;
+        t.saturating_add(short.clamp(1, s.queued))
     } else if s.lend_min_idle > 0.0 && s.cpu_idle < s.lend_min_idle * RECLAIM_FRACTION {
         t.saturating_sub(1)
-    } else if s.queued == 0 && t > s.holders {
-        t - 1
+    } else if s.queued == 0 && t > s.holders.saturating_add(s.limit) {
+        // Nobody waits: keep at most a limit's worth of unheld tickets, so
+        // that tickets lent to slow clients are not there for a burst.
+        s.holders.saturating_add(s.limit)
     } else {
         t
     };
@@ -88,14 +100,31 @@ mod tests {
 
     #[test]
     fn grows_while_holders_idle_and_sessions_wait() {
-        assert_eq!(next_tickets(s(4, 4, 1.0, 10)), 5);
+        // Target 4, 1 running: 4 - 0.5 - 1 = 2.5, so two more.
+        assert_eq!(next_tickets(s(4, 4, 1.0, 10)), 6);
+        // Just under the margin: one.
+        assert_eq!(next_tickets(s(4, 4, 3.4, 10)), 5);
+        // No more than are waiting.
+        assert_eq!(next_tickets(s(4, 4, 0.0, 1)), 5);
         assert_eq!(next_tickets(s(16, 16, 1.0, 10)), 16, "capped by the ceiling");
+        assert_eq!(next_tickets(s(15, 15, 0.0, 10)), 16, "capped by the ceiling");
     }
 
     #[test]
     fn shrinks_when_too_many_run() {
-        assert_eq!(next_tickets(s(8, 8, 6.0, 10)), 7);
+        assert_eq!(next_tickets(s(8, 8, 6.0, 10)), 6, "two too many: two back");
         assert_eq!(next_tickets(s(4, 6, 6.0, 10)), 4, "never below the limit");
+    }
+
+    #[test]
+    fn takes_back_as_many_as_run_too_many() {
+        // 200 lent tickets, and 150 of the holders start running at once.
+        let x = Sample { ceiling: 512, ..s(204, 204, 150.0, 10) };
+        assert_eq!(next_tickets(x), 58);
+        // Never below the limit, however many run.
+        assert_eq!(next_tickets(Sample { ceiling: 512, ..s(30, 30, 100.0, 10) }), 4);
+        // Just over the margin: one.
+        assert_eq!(next_tickets(s(8, 8, 4.6, 10)), 7);
     }
 
     #[test]
@@ -160,9 +189,12 @@ mod tests {
 
     #[test]
     fn decays_towards_use_when_nobody_waits() {
-        assert_eq!(next_tickets(s(10, 3, 1.0, 0)), 9);
-        assert_eq!(next_tickets(s(5, 5, 1.0, 0)), 5);
+        // Three holders and a limit of 4: at most 4 unheld tickets remain.
+        assert_eq!(next_tickets(s(10, 3, 1.0, 0)), 7);
+        assert_eq!(next_tickets(s(9, 5, 1.0, 0)), 9);
         assert_eq!(next_tickets(s(4, 0, 0.0, 0)), 4);
+        // 800 tickets lent to slow clients that have gone: back to the limit.
+        assert_eq!(next_tickets(Sample { ceiling: 1000, ..s(800, 0, 0.0, 0) }), 4);
     }
 
     #[test]
@@ -192,14 +224,14 @@ mod tests {
             cpu_idle: 1.0,
             lend_min_idle: 0.0,
         };
-        // Clamped to the ceiling, then one step of decay (nobody holds them).
-        assert_eq!(next_tickets(x), 5);
+        // Nobody holds them: back to the limit.
+        assert_eq!(next_tickets(x), 4);
     }
 
     #[test]
     fn with_a_cpu_condition_lends_only_while_the_cpus_have_time_to_spare() {
         let busy = |idle: f64| Sample { cpu_idle: idle, lend_min_idle: 0.10, ..s(8, 8, 1.0, 50) };
-        assert_eq!(next_tickets(busy(0.5)), 9, "idle CPUs: lend");
+        assert_eq!(next_tickets(busy(0.5)), 10, "idle CPUs: lend");
         assert_eq!(next_tickets(busy(0.05)), 8, "nearly busy: hold");
         assert_eq!(next_tickets(busy(0.01)), 7, "saturated: take lent tickets back");
         let at_limit = Sample { cpu_idle: 0.0, lend_min_idle: 0.10, ..s(4, 4, 1.0, 50) };
@@ -209,7 +241,7 @@ mod tests {
     #[test]
     fn without_a_cpu_condition_the_holders_alone_decide() {
         let busy = |idle: f64| Sample { cpu_idle: idle, ..s(8, 8, 1.0, 50) };
-        assert_eq!(next_tickets(busy(0.0)), 9, "idle holders: lend, however busy the CPUs");
+        assert_eq!(next_tickets(busy(0.0)), 10, "idle holders: lend, however busy the CPUs");
         assert_eq!(next_tickets(Sample { cpu_idle: 0.0, ..s(8, 8, 4.0, 50) }), 8, "on target: hold");
     }
 }
