@@ -62,8 +62,11 @@ def main(out):
             meta = json.load(f)
     machine = ""
     if meta:
-        machine = "%s CPUs (%s), %s s runs, %s round(s), pgbench -j %s on the same machine" % (
-            meta.get("nproc"), meta.get("cpu_model"), meta.get("duration_s"), meta.get("rounds"), meta.get("jobs"))
+        runs = "%s s runs" % meta.get("duration_s")
+        if meta.get("warmup_per_client_ms"):
+            runs += " + %g ms per client" % meta["warmup_per_client_ms"]
+        machine = "%s CPUs (%s), %s, %s round(s), pgbench -j %s on the same machine" % (
+            meta.get("nproc"), meta.get("cpu_model"), runs, meta.get("rounds"), meta.get("jobs"))
     workloads = []
     for r in rows:
         if r["workload"] not in workloads:
