@@ -99,9 +99,13 @@ def machine_block(meta, rows):
         per_client = meta.get("warmup_per_client_ms") or 0
         if warm:
             if per_client:
+                # The warm-up each run had, as bench.py recorded it per row.
+                by_clients = {}
+                for r in rows:
+                    if r.get("warmup_s"):
+                        by_clients.setdefault(int(r["clients"]), float(r["warmup_s"]))
                 span = "%g s plus %g ms per client (%s)" % (warm, per_client, ", ".join(
-                    "%d clients: %g s" % (c, warm + round(per_client * c / 1000.0))
-                    for c in meta.get("clients") or []))
+                    "%d clients: %g s" % kv for kv in sorted(by_clients.items())))
                 tail = "; each run lasts %g s plus the same per-client time" % (meta.get("duration_s") or 0)
             else:
                 span, tail = "%g s" % warm, ""

@@ -70,8 +70,9 @@ pub fn resolve() -> Resolved {
     // sized, and inherited by every process that resolves the limit.
     let backends = unsafe { pg_sys::MaxBackends }.max(1) as u32;
     let ceiling = match gucs::max_tickets() {
-        0 => backends.max(limit),
-        n => n.max(limit),
-    };
+        0 => backends,
+        n => n,
+    }
+    .max(limit);
     Resolved { limit, ceiling, effective_cpus, auto }
 }

@@ -71,8 +71,9 @@ pub fn next_tickets(s: Sample) -> u32 {
     let t = s.tickets.clamp(s.limit, ceiling);
     let target = s.limit as f64;
     let next = if s.running > target + HYSTERESIS {
-        // At least one; `running` is bounded by the backends, so the cast holds.
-        t.saturating_sub(((s.running - target).ceil() as u32).max(1))
+        // Over the margin, so at least one; `running` is bounded by the
+        // backends, so the cast holds.
+        t.saturating_sub((s.running - target).ceil() as u32)
     } else if s.queued > 0 && s.running < target - HYSTERESIS && s.cpu_idle >= s.lend_min_idle {
         // As many as the running holders fall short of the target, and no
         // more than are waiting: at least one.
