@@ -95,6 +95,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_sample_us = 0;
     let mut next_deadlock_us = 0;
     let mut cpu = CpuMeter { last: None, idle: 1.0 };
+    let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
     let mut hist = shmem::with_gate_shared(|l| {
         let h = l.gate.header();
@@ -124,7 +125,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let interval_us = gucs::sample_interval_ms() as i64 * 1000;
         let queued = if now >= next_sample_us {
             next_sample_us = now + interval_us;
-            sample_and_steer(now, cpu.idle(now))
+            sample_and_steer(now, cpu.idle(now), &mut demand)
         } else {
             shmem::with_gate_shared(|l| l.gate.header().queued)
         };
@@ -170,7 +171,7 @@ pub fn waits_on_client(procno: usize) -> bool {
 
 /// Sample which holders are running and, while sessions wait, move the
 /// ticket count. Returns the number of queued sessions.
-fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
+fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWindow) -> u32 {
     // Count under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let running = shmem::with_gate_shared(|l| {
@@ -184,6 +185,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     shmem::with_gate_waking(|mut l, wake| {
+        let recent_demand = demand.observe(now, l.gate.take_demand_peak());
         let h = *l.gate.header();
         let running = running.min(h.holders);
         l.status.running = running;
@@ -201,6 +203,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64) -> u32 {
             ceiling: l.status.ceiling,
             tickets: h.tickets,
             holders: h.holders,
+            demand: recent_demand,
             running: if avg.is_finite() { avg } else { running as f64 },
             queued: h.queued,
             cpu_idle,

@@ -65,8 +65,12 @@ fn an_idle_holder_lends_its_place() {
 
     b.ok("COMMIT");
     a.ok("COMMIT");
-    // Nobody holds the lent tickets now: they decay back to the limit.
-    c.wait_status("tickets decay back to max_active", |s| s.tickets() == 1);
+    // Nobody holds the lent tickets now: once the recent demand (two holders)
+    // is one to two seconds old, and at the worker's next wake-up (once a
+    // second while nobody is queued), they are cut back to the limit.
+    let t0 = Instant::now();
+    wait_until("tickets decay back to max_active", Duration::from_secs(10), || c.status().tickets() == 1);
+    assert!(t0.elapsed() >= Duration::from_millis(500), "cut after {:?}: the recent demand was ignored", t0.elapsed());
     c.assert_quiet();
 }
 

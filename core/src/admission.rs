@@ -102,6 +102,9 @@ pub struct GateHeader {
     pub holders: u32,
     /// Sessions in the queue.
     pub queued: u32,
+    /// Most sessions holding or waiting for an admission at once since the
+    /// worker last took it ([`Gate::take_demand_peak`]).
+    pub demand_peak: u32,
     head: u32,
     tail: u32,
     pub counters: Counters,
@@ -351,6 +354,15 @@ impl<'a> Gate<'a> {
         })
     }
 
+    /// The most sessions that held or waited for an admission at once since
+    /// the last call (at least as many as do now), and start a new count.
+    pub fn take_demand_peak(&mut self) -> u32 {
+        let now = self.h.holders + self.h.queued;
+        let peak = self.h.demand_peak.max(now);
+        self.h.demand_peak = now;
+        peak
+    }
+
     /// Verify every invariant; used by tests and assertions.
     pub fn check(&self) -> Result<(), String> {
         let h = &self.h;
@@ -383,6 +395,9 @@ impl<'a> Gate<'a> {
         if n != h.queued || prev != h.tail {
             return Err(format!("queue walk found {n}, count {}, tail mismatch", h.queued));
         }
+        if h.demand_peak < h.holders + h.queued {
+            return Err(format!("demand peak {} below {} holders and {} queued", h.demand_peak, h.holders, h.queued));
+        }
         if h.tickets < h.limit {
             return Err(format!("tickets {} below limit {}", h.tickets, h.limit));
         }
@@ -393,6 +408,10 @@ impl<'a> Gate<'a> {
     }
 
     // -- internals --------------------------------------------------------
+
+    fn note_demand(&mut self) {
+        self.h.demand_peak = self.h.demand_peak.max(self.h.holders + self.h.queued);
+    }
 
     /// Admit waiters while tickets are free.
     fn pump(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
@@ -413,6 +432,7 @@ impl<'a> Gate<'a> {
         s.overflow = overflow;
         s.xacts_admitted += 1;
         self.h.holders += 1;
+        self.note_demand();
         let c = &mut self.h.counters;
         c.admitted += 1;
         if overflow {
@@ -448,6 +468,7 @@ impl<'a> Gate<'a> {
         }
         self.h.tail = i as u32;
         self.h.queued += 1;
+        self.note_demand();
     }
 
     fn unlink(&mut self, i: usize) {
@@ -736,6 +757,10 @@ mod tests {
                 (_, 8) => {
                     let t = 1 + (next() % 6) as u32;
                     g.set_limit(t, t + 2, step, &mut |w| woken.push(w));
+                }
+                (_, 9) => {
+                    let now = g.header().holders + g.header().queued;
+                    assert!(g.take_demand_peak() >= now, "demand peak below the present demand");
                 }
                 _ => {}
             }

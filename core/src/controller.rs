@@ -13,9 +13,15 @@
 //! at the next releases (proportional decrease): after slow clients have
 //! been lent hundreds of tickets, a switch to CPU-bound work must not take
 //! hundreds of steps to undo. Tickets never leave `[limit, ceiling]`.
-//! With nobody queued, tickets that nobody holds are cut back at once to a
-//! limit's worth, so that a burst meets the target rather than a stale,
-//! inflated ticket count.
+//! With nobody queued, tickets beyond the recent demand (the most sessions
+//! that held or waited for an admission at once over the last one to two
+//! seconds, [`DemandWindow`]) plus a limit's worth are cut back at once: a
+//! burst after slow clients have gone meets the target rather than a stale,
+//! inflated ticket count, while slow clients that are still there keep the
+//! tickets they use. Cutting to what is held *now* would churn: 1000 slow
+//! clients whose holders come and go would lose hundreds of tickets every
+//! time the queue emptied for a moment, queue again, and wait while the
+//! count grew back.
 //!
 //! Optionally, lending also waits for the CPUs to have time to spare
 //! (`Sample::lend_min_idle`, the `lend_min_cpu_idle` setting): tickets are
@@ -36,6 +42,33 @@ pub const HYSTERESIS: f64 = 0.5;
 /// fraction is below this share of `lend_min_idle`.
 pub const RECLAIM_FRACTION: f64 = 0.3;
 
+/// Length of one window of [`DemandWindow`], in microseconds.
+pub const DEMAND_WINDOW_US: i64 = 1_000_000;
+
+/// The recent demand for admissions: the most sessions that held or waited
+/// for one at once, over the current window and the one before it (so
+/// between one and two windows of history).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DemandWindow {
+    start_us: i64,
+    current: u32,
+    previous: u32,
+}
+
+impl DemandWindow {
+    /// Fold in the gate's peak since the last call; returns the recent demand.
+    pub fn observe(&mut self, now_us: i64, peak: u32) -> u32 {
+        if now_us - self.start_us >= DEMAND_WINDOW_US {
+            // A window with no observation at all counts as empty.
+            self.previous = if now_us - self.start_us >= 2 * DEMAND_WINDOW_US { 0 } else { self.current };
+            self.current = 0;
+            self.start_us = now_us;
+        }
+        self.current = self.current.max(peak);
+        self.current.max(self.previous)
+    }
+}
+
 /// Weight of the newest sample in the running average.
 pub const SMOOTHING: f64 = 0.1;
 
@@ -55,6 +88,8 @@ pub struct Sample {
     pub ceiling: u32,
     pub tickets: u32,
     pub holders: u32,
+    /// Recent demand ([`DemandWindow`]): never less than `holders + queued`.
+    pub demand: u32,
     /// Holders seen using the server (not waiting on their client),
     /// smoothed over recent samples.
     pub running: f64,
@@ -81,10 +116,11 @@ pub fn next_tickets(s: Sample) -> u32 {
         t.saturating_add(short.clamp(1, s.queued))
     } else if s.lend_min_idle > 0.0 && s.cpu_idle < s.lend_min_idle * RECLAIM_FRACTION {
         t.saturating_sub(1)
-    } else if s.queued == 0 && t > s.holders.saturating_add(s.limit) {
-        // Nobody waits: keep at most a limit's worth of unheld tickets, so
-        // that tickets lent to slow clients are not there for a burst.
-        s.holders.saturating_add(s.limit)
+    } else if s.queued == 0 && t > s.demand.max(s.holders).saturating_add(s.limit) {
+        // Nobody waits: keep what was recently used and a limit's worth
+        // more, so that tickets lent to clients that have gone are not there
+        // for a burst.
+        s.demand.max(s.holders).saturating_add(s.limit)
     } else {
         t
     };
@@ -96,7 +132,17 @@ mod tests {
     use super::*;
 
     fn s(tickets: u32, holders: u32, running: f64, queued: u32) -> Sample {
-        Sample { limit: 4, ceiling: 16, tickets, holders, running, queued, cpu_idle: 1.0, lend_min_idle: 0.0 }
+        Sample {
+            limit: 4,
+            ceiling: 16,
+            tickets,
+            holders,
+            demand: holders + queued,
+            running,
+            queued,
+            cpu_idle: 1.0,
+            lend_min_idle: 0.0,
+        }
     }
 
     #[test]
@@ -170,6 +216,7 @@ mod tests {
             ceiling: 8,
             tickets: 1,
             holders: 1,
+            demand: 2,
             running: avg,
             queued: 1,
             cpu_idle: 1.0,
@@ -199,12 +246,37 @@ mod tests {
     }
 
     #[test]
+    fn keeps_the_tickets_recent_demand_used() {
+        // 700 slow clients held 690 tickets a moment ago; now the queue is
+        // empty and 300 hold one. Keep the recent peak and a limit's worth.
+        let x = Sample { ceiling: 1000, demand: 690, ..s(800, 300, 1.0, 0) };
+        assert_eq!(next_tickets(x), 694);
+        assert_eq!(next_tickets(Sample { demand: 800, ..x }), 800, "all of them were used");
+        // The demand never hides what is held now.
+        assert_eq!(next_tickets(Sample { demand: 0, ..x }), 304);
+    }
+
+    #[test]
+    fn demand_window_remembers_one_to_two_windows() {
+        let w = DEMAND_WINDOW_US;
+        let mut d = DemandWindow::default();
+        assert_eq!(d.observe(w, 500), 500);
+        assert_eq!(d.observe(w + w / 2, 20), 500, "same window");
+        assert_eq!(d.observe(2 * w + 1, 30), 500, "the window before");
+        assert_eq!(d.observe(3 * w + 2, 40), 40, "two windows on: forgotten");
+        // A long silence (the worker sleeps while nobody is queued) forgets all.
+        assert_eq!(d.observe(3 * w + w / 2, 900), 900);
+        assert_eq!(d.observe(10 * w, 10), 10);
+    }
+
+    #[test]
     fn ceiling_equal_to_limit_disables_lending() {
         let x = Sample {
             limit: 2,
             ceiling: 2,
             tickets: 2,
             holders: 2,
+            demand: 7,
             running: 0.0,
             queued: 5,
             cpu_idle: 1.0,
@@ -220,6 +292,7 @@ mod tests {
             ceiling: 6,
             tickets: 20,
             holders: 0,
+            demand: 0,
             running: 0.0,
             queued: 0,
             cpu_idle: 1.0,
