@@ -49,6 +49,7 @@ CSV_FIELDS = [
     "warmup_s", "window_s", "window_xacts", "tps_whole_run", "avg_latency_whole_run_ms", "tps_by_5s",
     "xacts", "failed_xacts", "logged_xacts", "conn_time_ms", "wall_s",
     "worker_cpu_ms", "worker_cpu_pct", "pgbouncer_cpu_ms", "pgbouncer_cpu_pct",
+    "client_cpu_ms", "client_cpu_pct", "client_cpu_us_per_xact",
     "gk_max_active", "gk_ticket_ceiling", "gk_tickets_end", "gk_tickets_avg", "gk_tickets_max",
     "gk_running_avg", "gk_queued_avg", "gk_queued_max", "gk_admitted", "gk_waited",
     "gk_overflow", "gk_timeouts", "gk_wait_p99_ms", "gk_settings",
@@ -113,6 +114,9 @@ def proc_cpu_ns(pid):
 def port_free(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
+        # As PostgreSQL and PgBouncer bind: connections that they accepted in
+        # an earlier run and that linger in TIME_WAIT do not keep the port.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
         return True
     except OSError:
@@ -121,12 +125,31 @@ def port_free(port):
         s.close()
 
 
+def ephemeral_ports():
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def pick_port(start, avoid=()):
+    """A free listening port at or above `start`, outside the ephemeral range.
+    pgbench's 1000 connections take 1000 ephemeral ports on 127.0.0.1, and
+    each stays taken for a minute in TIME_WAIT after pgbench exits: a
+    listening port inside that range is, now and then, one of them, and
+    PgBouncer (or PostgreSQL) then fails to start with "Address already in
+    use". One full run lost six PgBouncer runs that way."""
+    lo, hi = ephemeral_ports()
     p = start
-    while not port_free(p) or p in avoid:
-        p += 1
-        if p > start + 200:
-            raise RuntimeError("no free port near %d" % start)
+    while lo <= p <= hi or not port_free(p) or p in avoid:
+        p = hi + 1 if lo <= p <= hi else p + 1
+        if p > 65535:
+            raise RuntimeError("no free port at or above %d outside the ephemeral range %d-%d" % (start, lo, hi))
+    if p != start:
+        log("port %d is taken or in the ephemeral range %d-%d: using %d" % (start, lo, hi, p))
     return p
 
 
@@ -720,6 +743,10 @@ class Runner:
         w0 = proc_cpu_ns(wpid) if wpid else None
         b0 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
         t0 = time.time()
+        # pgbench runs on the same machine: its CPU time (user + system, from
+        # the children's rusage once it has been waited for) is CPU the server
+        # cannot have, whichever configuration serves it.
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         outf = open(prefix + ".out", "w")
         self.pgbench = subprocess.Popen(cmd, stdout=outf, stderr=subprocess.STDOUT, env=clean_env())
         window = None
@@ -737,6 +764,7 @@ class Runner:
                 self.pgbench.wait()
             row["error"] = "pgbench timed out"
         t1 = time.time()
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         outf.close()
         rc = self.pgbench.returncode
         self.pgbench = None
@@ -752,6 +780,11 @@ class Runner:
         if b0 is not None and b1 is not None:
             row["pgbouncer_cpu_ms"] = round((b1 - b0) / 1e6, 1)
             row["pgbouncer_cpu_pct"] = round((b1 - b0) / 1e9 / wall * 100, 2)
+        if not cpu_window_backend:
+            # (The backend sampling runs psql, whose CPU would be counted too.)
+            client = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+            row["client_cpu_ms"] = round(client * 1000, 1)
+            row["client_cpu_pct"] = round(client / wall * 100, 2)
         if self.bouncer:
             self.bouncer.stop()
             self.bouncer = None
@@ -759,6 +792,8 @@ class Runner:
         out = open(prefix + ".out").read()
         res = parse_pgbench(out)
         row.update({k: v for k, v in res.items()})
+        if row.get("client_cpu_ms") and row.get("xacts"):
+            row["client_cpu_us_per_xact"] = round(float(row["client_cpu_ms"]) * 1000 / int(row["xacts"]), 1)
         warm = 0.0 if cpu_window_backend else float(a.warmup) + self.extra_warmup(clients)
         lats, _failed, in_window, span, series = read_logs(prefix, window, warm)
         row["warmup_s"] = warm
@@ -1062,8 +1097,8 @@ def parse_args(argv):
     p.add_argument("--no-huge-pages", dest="huge_pages", action="store_false",
                    help="do not reserve huge pages for the run (they are reserved by default and given back "
                         "at exit; --set huge_pages=... also leaves them alone)")
-    p.add_argument("--port", type=int, default=55432)
-    p.add_argument("--pgbouncer-port", type=int, default=56432)
+    p.add_argument("--port", type=int, default=25432)
+    p.add_argument("--pgbouncer-port", type=int, default=26432)
     p.add_argument("--workdir", default="/var/tmp/pg_gatekeeper_bench", help="throw-away cluster lives here")
     p.add_argument("--out", help="results directory (default bench/results/<mode>-<timestamp>)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (cluster, logs)")

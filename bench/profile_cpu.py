@@ -13,11 +13,11 @@ It answers "why is configuration A slower than B at N clients": run it once
 against each, one after the other, and compare the per-commit figures.
 
 Usage (as root, the server and PgBouncer already running):
-  python3 bench/profile_cpu.py --port 55432 --stats-port 55432 -c 1000
-  python3 bench/profile_cpu.py --port 56432 --stats-port 55432 -c 1000   # through PgBouncer
+  python3 bench/profile_cpu.py --port 25432 --stats-port 25432 -c 1000
+  python3 bench/profile_cpu.py --port 26432 --stats-port 25432 -c 1000   # through PgBouncer
 
 pgbench options after `--` replace the default workload (TPC-B), e.g.
-  python3 bench/profile_cpu.py --port 55432 -- -f bench/slow_client.sql -s 10
+  python3 bench/profile_cpu.py --port 25432 -- -f bench/slow_client.sql -s 10
 """
 
 import argparse
@@ -65,7 +65,7 @@ def commits(args):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=55432, help="where pgbench connects (server or PgBouncer)")
+    p.add_argument("--port", type=int, default=25432, help="where pgbench connects (server or PgBouncer)")
     p.add_argument("--stats-port", type=int, help="the server itself, for xact_commit (default --port)")
     p.add_argument("--user", default="bench")
     p.add_argument("--db", default="bench")

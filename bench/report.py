@@ -217,6 +217,14 @@ def workload_section(w, rows):
                                                         fmt(med(c, p, "pgbouncer_cpu_pct"), "pct"))
                                              for p in pools)) for c in clients))
         out.append("")
+    if any(r.get("client_cpu_pct") for r in ok):
+        # The client shares the machine: what it burns, the server cannot use.
+        out.append("pgbench's own CPU, %% of a core (µs per transaction), median: %s" % "; ".join(
+            "%d clients: %s" % (c, ", ".join("%s %s (%s)" % (cfg.replace("pgbouncer-", "pool "),
+                                                             fmt(med(c, cfg, "client_cpu_pct"), "pct"),
+                                                             fmt(med(c, cfg, "client_cpu_us_per_xact"), "tps"))
+                                             for cfg in cfgs)) for c in clients))
+        out.append("")
     if failed:
         out.append("**%d failed run(s):** %s" % (len(failed), "; ".join(
             "%s %s c=%s r=%s: %s" % (r["workload"], r["config"], r["clients"], r["round"], r["error"])
