@@ -111,6 +111,18 @@ def proc_cpu_ns(pid):
         return None
 
 
+def open_files_limit(pid):
+    """The soft RLIMIT_NOFILE of a running process, or None."""
+    try:
+        with open("/proc/%d/limits" % pid) as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return int(line.split()[3])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def port_free(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -477,13 +489,21 @@ pidfile = {self.pidfile}
 {extra}""")
         for fn in os.listdir(d):
             shutil.chown(os.path.join(d, fn), "postgres", "postgres")
+        # One descriptor per client and per server connection, and some to
+        # spare (what PgBouncer logs as "max expected fd use").
+        self.nofile = max_clients + 100 + pool + 100
         self.proc = None
         self.pid = None
 
     def start(self):
         if os.path.exists(self.pidfile):
             os.unlink(self.pidfile)
-        self.proc = subprocess.Popen(as_postgres(["pgbouncer", self.ini]), env=clean_env(),
+        # runuser's PAM session sets the soft open-file limit back to 1024,
+        # and PgBouncer does not raise it: with 1000 clients a pool of 32
+        # then ran out of descriptors for its server connections ("sbuf_connect
+        # failed: Too many open files") and worked with about 20 of them.
+        self.proc = subprocess.Popen(as_postgres(["prlimit", "--nofile=%d:" % self.nofile,
+                                                  "pgbouncer", self.ini]), env=clean_env(),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
         while time.time() < deadline:
@@ -498,6 +518,10 @@ pidfile = {self.pidfile}
                 s = socket.socket()
                 try:
                     s.connect(("127.0.0.1", self.port))
+                    soft = open_files_limit(self.pid)
+                    if soft is not None and soft < self.nofile:
+                        raise RuntimeError("pgbouncer's open-file limit is %d, below the %d it needs for "
+                                           "these clients" % (soft, self.nofile))
                     return
                 except OSError:
                     pass
