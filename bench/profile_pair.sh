@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Where the CPU goes per commit: pg_gatekeeper against a PgBouncer pool, side
+# by side, with bench/profile_cpu.py (per-process CPU, faults and context
+# switches per committed transaction, over a steady-state window).
+#
+#   bash bench/run.sh --smoke --keep     # once: leaves a cluster in the work directory
+#   bash bench/profile_pair.sh           # 1000 TPC-B clients, pool 32, 3 rounds each way
+#   bash bench/profile_pair.sh -c 256 -p 8 -r 2 -- -f bench/slow_client.sql -s 10
+#
+# Reloads the pgbench tables at --scale (10) when the cluster has another
+# scale (the smoke run loads scale 1). Then alternates: the server with the
+# library (pgbench straight at it), then the server without it and PgBouncer
+# in front, ROUNDS times. After each gated window it prints the gate's ticket
+# count and queue from gatekeeper.history.
+# Must run as root (runuser, vm.nr_hugepages); restores vm.nr_hugepages.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+work=/var/tmp/pg_gatekeeper_bench
+clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -c) clients=$2; shift 2 ;;
+    -p) pool=$2; shift 2 ;;
+    -r) rounds=$2; shift 2 ;;
+    -w) work=$2; shift 2 ;;
+    --scale) scale=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --window) window=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+data=$work/data ini=$work/pgbouncer-$pool/pgbouncer.ini
+if [[ ! -f $data/PG_VERSION || ! -f $ini ]]; then
+  echo "no cluster or no PgBouncer pool $pool in $work: run 'bash bench/run.sh --smoke --keep' first" >&2
+  exit 2
+fi
+# The ports the bench run chose, from its own configuration files.
+port=$(sed -n 's/^port = \([0-9]*\).*/\1/p' "$data/postgresql.conf" | tail -1)
+bport=$(sed -n 's/^listen_port = \([0-9]*\)/\1/p' "$ini")
+
+unset RUST_BACKTRACE
+ulimit -n "$(ulimit -Hn)"
+hp_before=$(cat /proc/sys/vm/nr_hugepages)
+# As bench/run.sh does: huge pages for the shared memory (the larger, with the library).
+need=$(runuser -u postgres -- "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gatekeeper \
+         -C shared_memory_size_in_huge_pages)
+echo $((hp_before + need)) > /proc/sys/vm/nr_hugepages
+
+pg() { runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
+cleanup() {
+  [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] && kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")" 2>/dev/null || true
+  pg -m fast stop 2>/dev/null || true
+  echo "$hp_before" > /proc/sys/vm/nr_hugepages
+}
+trap cleanup EXIT
+
+psql() { runuser -u postgres -- "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
+
+pg -o "-c huge_pages=on" start
+if [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then
+  echo "loading pgbench -i -s $scale ..."
+  "$PG_BIN/pgbench" -i -q -s "$scale" -h "$work/sock" -p "$port" -U bench bench >/dev/null 2>&1
+  psql -d bench -qc "VACUUM ANALYZE" -c "CHECKPOINT"
+fi
+pg -m fast stop
+
+# PgBouncer's configuration from the bench run, with room for these clients.
+bini=$work/pgbouncer-$pool/profile.ini
+sed "s/^max_client_conn = .*/max_client_conn = $((clients + 100))/" "$ini" > "$bini"
+chown postgres "$bini"
+
+prof() { python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
+
+for r in $(seq "$rounds"); do
+  echo "=== round $r: pg_gatekeeper (defaults), $clients clients"
+  pg -o "-c shared_preload_libraries=pg_gatekeeper -c huge_pages=on" start
+  psql -d bench -qc "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper"
+  prof --port "$port" "$@"
+  psql -d bench -Atc \
+    "SELECT format('gate over the last $window s: tickets avg %s (min %s, max %s), running avg %s, queued avg %s',
+            round(avg(tickets), 1), min(tickets), max(tickets), round(avg(running), 1), round(avg(queued), 1))
+     FROM gatekeeper.history WHERE sample_time > now() - interval '$window s'"
+  pg -m fast stop
+  echo "=== round $r: PgBouncer pool $pool, $clients clients"
+  pg -o "-c huge_pages=on" start
+  # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
+  runuser -u postgres -- prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
+  prof --port "$bport" --stats-port "$port" "$@"
+  kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
+  for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
+  pg -m fast stop
+done
