@@ -1207,6 +1207,10 @@ def main(argv):
     m = re.search(r"PgBouncer (\d+)\.(\d+)", ver)
     if m and (int(m.group(1)), int(m.group(2))) >= (1, 21):
         a.pgbouncer_prepared = True  # protocol-level prepared statements in transaction mode
+    # A second run into the same folder would append its rows to the first
+    # run's CSV (possibly under another header) and report both as one.
+    if os.path.exists(os.path.join(a.out, "results.csv")):
+        sys.exit("%s already holds results (results.csv): choose another --out, or remove it" % a.out)
     os.makedirs(a.out, exist_ok=True)
 
     r = Runner(a)
