@@ -1,35 +1,39 @@
 #!/usr/bin/env bash
-# Where the CPU goes per commit: pg_gatekeeper against a PgBouncer pool, side
-# by side, with bench/profile_cpu.py (per-process CPU, faults and context
-# switches per committed transaction, over a steady-state window).
+# Where the CPU goes per commit: pg_gatekeeper against a PgBouncer pool (or
+# against bare PostgreSQL, with --bare), side by side, with
+# bench/profile_cpu.py (per-process CPU, faults and context switches per
+# committed transaction, over a steady-state window).
 #
 #   bash bench/run.sh --smoke --keep     # once: leaves a cluster in the work directory
 #   bash bench/profile_pair.sh           # 1000 TPC-B clients, pool 32, 3 rounds each way
 #   bash bench/profile_pair.sh -c 256 -p 8 -r 2 -- -f bench/slow_client.sql -s 10
+#   bash bench/profile_pair.sh --bare -c 1000 -r 2 -- -f bench/slow_client.sql -s 10
 #
 # Reloads the pgbench tables at --scale (10) when the cluster has another
 # scale (the smoke run loads scale 1). Then alternates: the server with the
 # library (pgbench straight at it), then the server without it and PgBouncer
-# in front, ROUNDS times. After each gated window it prints the gate's ticket
-# count and queue from gatekeeper.history.
+# in front (with --bare: pgbench straight at it), ROUNDS times. After each
+# gated window it prints the gate's ticket count and queue from
+# gatekeeper.history.
 # Must run as root (runuser, vm.nr_hugepages); restores vm.nr_hugepages.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 work=/var/tmp/pg_gatekeeper_bench
-clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15
+clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     -c) clients=$2; shift 2 ;;
     -p) pool=$2; shift 2 ;;
+    --bare) bare=1; shift ;;
     -r) rounds=$2; shift 2 ;;
     -w) work=$2; shift 2 ;;
     --scale) scale=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --window) window=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -86,8 +90,14 @@ for r in $(seq "$rounds"); do
             round(avg(tickets), 1), min(tickets), max(tickets), round(avg(running), 1), round(avg(queued), 1))
      FROM gatekeeper.history WHERE sample_time > now() - interval '$window s'"
   pg -m fast stop
-  echo "=== round $r: PgBouncer pool $pool, $clients clients"
   pg -o "-c huge_pages=on" start
+  if ((bare)); then
+    echo "=== round $r: bare PostgreSQL, $clients clients"
+    prof --port "$port" "$@"
+    pg -m fast stop
+    continue
+  fi
+  echo "=== round $r: PgBouncer pool $pool, $clients clients"
   # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
   runuser -u postgres -- prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
   prof --port "$bport" --stats-port "$port" "$@"
