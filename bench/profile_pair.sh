@@ -39,13 +39,14 @@ while [[ $# -gt 0 ]]; do
 done
 
 data=$work/data ini=$work/pgbouncer-$pool/pgbouncer.ini
-if [[ ! -f $data/PG_VERSION || ! -f $ini ]]; then
+if [[ ! -f $data/PG_VERSION ]] || { ((!bare)) && [[ ! -f $ini ]]; }; then
   echo "no cluster or no PgBouncer pool $pool in $work: run 'bash bench/run.sh --smoke --keep' first" >&2
   exit 2
 fi
 # The ports the bench run chose, from its own configuration files.
 port=$(sed -n 's/^port = \([0-9]*\).*/\1/p' "$data/postgresql.conf" | tail -1)
-bport=$(sed -n 's/^listen_port = \([0-9]*\)/\1/p' "$ini")
+bport=
+if [[ -f $ini ]]; then bport=$(sed -n 's/^listen_port = \([0-9]*\)/\1/p' "$ini"); fi
 
 unset RUST_BACKTRACE
 ulimit -n "$(ulimit -Hn)"
@@ -75,8 +76,10 @@ pg -m fast stop
 
 # PgBouncer's configuration from the bench run, with room for these clients.
 bini=$work/pgbouncer-$pool/profile.ini
-sed "s/^max_client_conn = .*/max_client_conn = $((clients + 100))/" "$ini" > "$bini"
-chown postgres "$bini"
+if ((!bare)); then
+  sed "s/^max_client_conn = .*/max_client_conn = $((clients + 100))/" "$ini" > "$bini"
+  chown postgres "$bini"
+fi
 
 prof() { python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
 
