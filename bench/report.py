@@ -82,6 +82,15 @@ def config_order(rows):
     return [c for c, _ in sorted(seen.items(), key=lambda kv: kv[1])]
 
 
+def window_range(rows):
+    """', from A s to B s in this run', over the rows that record their window."""
+    w = [num(r.get("window_s")) for r in rows if r.get("status") == "ok"]
+    w = [x for x in w if x is not None]
+    if not w:
+        return ""
+    return ": %.1f–%.1f s in this run" % (min(w), max(w))
+
+
 def machine_block(meta, rows):
     lines = []
     if meta:
@@ -112,9 +121,11 @@ def machine_block(meta, rows):
             lines.append("- **Measured window:** each run's first %s after its first completed transaction "
                          "are warm-up and not counted (every backend starts cold: 1000 clients mean 1000 new "
                          "backends loading their caches). tps, average and p99 latency come from pgbench's "
-                         "per-transaction logs of the remaining %g s%s; the same for every configuration. "
-                         "pgbench's whole-run figures are in the CSV (`tps_whole_run`)" % (
-                             span, (meta.get("duration_s") or 0) - warm, tail))
+                         "per-transaction logs of the rest of the run, at most %g s, less at many clients, where "
+                         "connecting takes part of the run (the CSV's `window_s`%s)%s; "
+                         "the same for every configuration. pgbench's whole-run figures are in the CSV "
+                         "(`tps_whole_run`)" % (
+                             span, (meta.get("duration_s") or 0) - warm, window_range(rows), tail))
         ss = meta.get("server_settings", {})
         shown = {k: v for k, v in ss.items()
                  if k not in ("listen_addresses", "port", "unix_socket_directories", "logging_collector",
