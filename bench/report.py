@@ -83,7 +83,7 @@ def config_order(rows):
 
 
 def window_range(rows):
-    """', from A s to B s in this run', over the rows that record their window."""
+    """': A–B s in this run', the shortest and longest measured window of the runs that succeeded."""
     w = [num(r.get("window_s")) for r in rows if r.get("status") == "ok"]
     w = [x for x in w if x is not None]
     if not w:
