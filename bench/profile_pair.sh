@@ -97,14 +97,13 @@ for r in $(seq "$rounds"); do
   if ((bare)); then
     echo "=== round $r: bare PostgreSQL, $clients clients"
     prof --port "$port" "$@"
-    pg -m fast stop
-    continue
+  else
+    echo "=== round $r: PgBouncer pool $pool, $clients clients"
+    # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
+    runuser -u postgres -- prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
+    prof --port "$bport" --stats-port "$port" "$@"
+    kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
+    for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
   fi
-  echo "=== round $r: PgBouncer pool $pool, $clients clients"
-  # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
-  runuser -u postgres -- prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
-  prof --port "$bport" --stats-port "$port" "$@"
-  kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
-  for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
   pg -m fast stop
 done
