@@ -61,7 +61,8 @@ as_pg "$BIN/pgbench" -i -q -s 10 -h "$work" -p "$port" -U bench bench > "$work/i
   { cat "$work/init.log"; exit 1; }
 psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT" -c "SELECT gatekeeper.reset()" >/dev/null
 
-as_pg "$BIN/pgbench" -n -c "$clients" -j 2 -T $((seconds + 5)) "${wargs[@]}" \
+# runuser resets the soft open-file limit to 1024: too few for many clients.
+as_pg prlimit --nofile=$((clients + 1024)): "$BIN/pgbench" -n -c "$clients" -j 2 -T $((seconds + 5)) "${wargs[@]}" \
   -h 127.0.0.1 -p "$port" -U bench bench > "$work/pgbench.out" 2>&1 &
 pgb=$!
 sleep 3
