@@ -506,29 +506,35 @@ pidfile = {self.pidfile}
                                                   "pgbouncer", self.ini]), env=clean_env(),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
-        while time.time() < deadline:
+        while not self._listening():
             if self.proc.poll() is not None:
                 raise RuntimeError("pgbouncer exited at start (rc %s); see %s" % (self.proc.returncode, self.logfile))
-            if self.pid is None and os.path.exists(self.pidfile):
-                try:
-                    self.pid = int(open(self.pidfile).read().strip())
-                except ValueError:
-                    pass
-            if self.pid is not None:
-                s = socket.socket()
-                try:
-                    s.connect(("127.0.0.1", self.port))
-                    soft = open_files_limit(self.pid)
-                    if soft is not None and soft < self.nofile:
-                        raise RuntimeError("pgbouncer's open-file limit is %d, below the %d it needs for "
-                                           "these clients" % (soft, self.nofile))
-                    return
-                except OSError:
-                    pass
-                finally:
-                    s.close()
+            if time.time() > deadline:
+                raise RuntimeError("pgbouncer did not start listening; see %s" % self.logfile)
             time.sleep(0.05)
-        raise RuntimeError("pgbouncer did not start listening; see %s" % self.logfile)
+        soft = open_files_limit(self.pid)
+        if soft is not None and soft < self.nofile:
+            raise RuntimeError("pgbouncer's open-file limit is %d, below the %d it needs for "
+                               "these clients" % (soft, self.nofile))
+
+    def _listening(self):
+        """Whether PgBouncer has written its pid file and accepts connections."""
+        if self.pid is None and os.path.exists(self.pidfile):
+            try:
+                with open(self.pidfile) as f:
+                    self.pid = int(f.read().strip())
+            except ValueError:
+                pass
+        if self.pid is None:
+            return False
+        s = socket.socket()
+        try:
+            s.connect(("127.0.0.1", self.port))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     def stop(self):
         if self.proc is None:
