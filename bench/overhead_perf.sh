@@ -18,9 +18,10 @@
 #   gate's lock is one LWLock among the server's own (buffer mapping,
 #   ProcArray, lock manager), so this is an upper bound for the gate's part;
 # - the sum, an upper bound for what the gate costs;
-# - the gate's counters, to show that every transaction went through it
-#   and that nothing waited.
-# Must run as root (runuser); installs perf if missing.
+# - the gate's counters: that the transactions went through it, and whether
+#   any waited.
+# Must run as root (runuser); installs perf if missing. Uses the installed
+# library, which must be a release build.
 set -euo pipefail
 clients=${1:-8}
 seconds=${2:-10}
@@ -31,6 +32,13 @@ case $workload in
   *) echo "workload must be select or tpcb" >&2; exit 2 ;;
 esac
 BIN=/usr/lib/postgresql/15/bin
+lib=$("$BIN/pg_config" --pkglibdir)/pg_gatekeeper.so
+[[ -f $lib ]] || { echo "pg_gatekeeper is not installed ($lib)" >&2; exit 2; }
+if readelf -S "$lib" | grep -q debug_info; then
+  echo "the installed $lib has debug info (a debug build?): install the release build first," >&2
+  echo "with cargo pgrx install --release, or by running bench/run.sh once" >&2
+  exit 2
+fi
 command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }
 
 work=$(mktemp -d /tmp/pg_gatekeeper_perf.XXXXXX)
@@ -53,13 +61,12 @@ synchronous_commit = off
 shared_preload_libraries = 'pg_gatekeeper'
 EOF
 as_pg "$BIN/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
-psql_() { as_pg "$BIN/psql" -X -h "$work" -p "$port" -d postgres -qAt "$@"; }
-psql_ -c "CREATE ROLE bench LOGIN" -c "CREATE DATABASE bench OWNER bench"
-psql_() { as_pg "$BIN/psql" -X -h "$work" -p "$port" -d bench -qAt "$@"; }
-psql_ -c "CREATE EXTENSION pg_gatekeeper"
+psql_() { local db=$1; shift; as_pg "$BIN/psql" -X -h "$work" -p "$port" -d "$db" -qAt "$@"; }
+psql_ postgres -c "CREATE ROLE bench LOGIN" -c "CREATE DATABASE bench OWNER bench"
+psql_ bench -c "CREATE EXTENSION pg_gatekeeper"
 as_pg "$BIN/pgbench" -i -q -s 10 -h "$work" -p "$port" -U bench bench > "$work/init.log" 2>&1 ||
   { cat "$work/init.log"; exit 1; }
-psql_ -c "VACUUM ANALYZE" -c "CHECKPOINT" -c "SELECT gatekeeper.reset()" >/dev/null
+psql_ bench -c "VACUUM ANALYZE" -c "CHECKPOINT" -c "SELECT gatekeeper.reset()" >/dev/null
 
 # runuser resets the soft open-file limit to 1024: too few for many clients.
 as_pg prlimit --nofile=$((clients + 1024)): "$BIN/pgbench" -n -c "$clients" -j 2 -T $((seconds + 5)) "${wargs[@]}" \
@@ -72,14 +79,13 @@ perf report -i "$work/perf.data" --no-children --sort dso,sym -g none --stdio 2>
 
 echo "# bash bench/overhead_perf.sh $clients $seconds $workload   ($(date -u +%F), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
 echo "pgbench $workload, $clients clients, -j 2: $(grep -o 'tps = [0-9.]*' "$work/pgbench.out" | head -1) (under perf)"
-psql_ -c "SELECT format('gate: max_active %s, tickets %s; %s admitted, %s waited, %s overflow',
+psql_ bench -c "SELECT format('gate: max_active %s, tickets %s; %s admitted, %s waited, %s overflow',
                         max_active, tickets, admitted_total, waited_total, overflow_total) FROM gatekeeper.status"
 awk '
   /^#/ || NF < 4 { next }
   { pct = $1; sub(/%/, "", pct); dso = $2; sym = $NF }
   dso == "pg_gatekeeper.so" { gate += pct }
   dso == "postgres" && sym ~ /^LWLock/ { lw += pct }
-  { total += pct }
   END {
     printf "samples in pg_gatekeeper.so:                 %.2f %% of all CPU samples\n", gate
     printf "samples in LWLock* (all callers, upper bound): %.2f %%\n", lw
