@@ -30,9 +30,10 @@ instructions() { # preload n
   local opts=(-c "shared_preload_libraries=$1")
   # The single-user session is the bootstrap superuser: gate it anyway.
   [ -n "$1" ] && opts+=(-c pg_gatekeeper.exempt_superusers=off)
-  as_pg valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+  local out="$work/cg_${1:-bare}_$2.out"
+  as_pg valgrind --tool=callgrind --callgrind-out-file="$out" \
     "$BIN/postgres" --single -D "$work/data" "${opts[@]}" postgres < "$work/in_$2.sql" > /dev/null 2>"$work/vg.log"
-  grep -E '^(summary|totals):' "$work/cg.out" | head -1 | awk '{print $2}'
+  grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}'
 }
 
 b1=$(instructions "" "$N1"); b2=$(instructions "" "$N2")
@@ -44,4 +45,36 @@ bare = (b2 - b1) / (n2 - n1)
 gate = (g2 - g1) / (n2 - n1)
 print(f"instructions per statement: bare {bare:.0f}, gatekeeper {gate:.0f}, "
       f"extra {gate - bare:.0f} ({(gate / bare - 1) * 100:+.2f}%)")
+PY
+# Where the gate's instructions go: per function, the same difference between
+# the two gated runs, for the library's own functions and the sigsetjmp that
+# pgrx's guard runs around every call from Rust into PostgreSQL.
+for n in "$N1" "$N2"; do
+  callgrind_annotate --inclusive=no --threshold=100 "$work/cg_pg_gatekeeper_$n.out" > "$work/ann_$n.txt" 2>/dev/null
+done
+python3 - "$N1" "$N2" "$work/ann_$N1.txt" "$work/ann_$N2.txt" <<'PY'
+import re, sys
+n1, n2 = int(sys.argv[1]), int(sys.argv[2])
+line = re.compile(r"^\s*([\d,]+)\s+\([^)]*\)\s+(.*?)\s+\[(.*)\]\s*$")
+def load(path):
+    out = {}
+    for l in open(path):
+        m = line.match(l)
+        if m:
+            fn = m.group(2).split(":")[-1]
+            out[(fn, m.group(3).rsplit("/", 1)[-1])] = int(m.group(1).replace(",", ""))
+    return out
+a, b = load(sys.argv[3]), load(sys.argv[4])
+rows = []
+for key in b:
+    fn, obj = key
+    if obj == "pg_gatekeeper.so" or "sigsetjmp" in fn or "sigjmp_save" in fn:
+        per = (b[key] - a.get(key, 0)) / (n2 - n1)
+        if per >= 1:
+            rows.append((per, fn, obj))
+rows.sort(reverse=True)
+print("gated run, instructions per statement by function (pg_gatekeeper.so and sigsetjmp):")
+for per, fn, obj in rows[:12]:
+    print(f"  {per:6.0f}  {fn}  [{obj}]")
+print(f"  {sum(r[0] for r in rows):6.0f}  in all")
 PY
