@@ -6,11 +6,18 @@
 #
 # Each configuration runs twice, with N1 and N2 single-row SELECTs (each its
 # own implicit transaction); (I(N2) - I(N1)) / (N2 - N1) removes start-up.
+# The same difference, per function, then shows where the gated run's extra
+# instructions go (the library's functions and pgrx's sigsetjmp).
 # Usage (root): bash bench/overhead_callgrind.sh [N1 N2]
 set -euo pipefail
 N1=${1:-500}
 N2=${2:-2500}
 BIN=/usr/lib/postgresql/15/bin
+lib=$("$BIN/pg_config" --pkglibdir)/pg_gatekeeper.so
+if readelf -S "$lib" | grep -q debug_info; then
+  echo "the installed $lib has debug info (a debug build?): install the release build first" >&2
+  exit 2
+fi
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
 work=$(mktemp -d /tmp/pg_gatekeeper_callgrind.XXXXXX)
@@ -19,7 +26,8 @@ trap 'rm -rf "$work"' EXIT
 as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
 as_pg "$BIN/initdb" -D "$work/data" -A trust >/dev/null
 echo "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, 0 FROM generate_series(1, 1000) g;" |
-  as_pg "$BIN/postgres" --single -D "$work/data" postgres >/dev/null
+  as_pg "$BIN/postgres" --single -D "$work/data" postgres >/dev/null 2>"$work/setup.log" ||
+  { cat "$work/setup.log"; exit 1; }
 
 for n in "$N1" "$N2"; do
   for i in $(seq "$n"); do echo "SELECT v FROM t WHERE id = $((i % 1000 + 1))"; done > "$work/in_$n.sql"
