@@ -13,11 +13,8 @@ set -euo pipefail
 N1=${1:-500}
 N2=${2:-2500}
 BIN=/usr/lib/postgresql/15/bin
-lib=$("$BIN/pg_config" --pkglibdir)/pg_gatekeeper.so
-if readelf -S "$lib" | grep -q debug_info; then
-  echo "the installed $lib has debug info (a debug build?): install the release build first" >&2
-  exit 2
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
+require_release "$BIN"
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
 work=$(mktemp -d /tmp/pg_gatekeeper_callgrind.XXXXXX)

@@ -32,13 +32,8 @@ case $workload in
   *) echo "workload must be select or tpcb" >&2; exit 2 ;;
 esac
 BIN=/usr/lib/postgresql/15/bin
-lib=$("$BIN/pg_config" --pkglibdir)/pg_gatekeeper.so
-[[ -f $lib ]] || { echo "pg_gatekeeper is not installed ($lib)" >&2; exit 2; }
-if readelf -S "$lib" | grep -q debug_info; then
-  echo "the installed $lib has debug info (a debug build?): install the release build first," >&2
-  echo "with cargo pgrx install --release, or by running bench/run.sh once" >&2
-  exit 2
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
+require_release "$BIN"
 command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }
 
 work=$(mktemp -d /tmp/pg_gatekeeper_perf.XXXXXX)
