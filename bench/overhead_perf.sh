@@ -38,7 +38,12 @@ command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq lin
 
 work=$(mktemp -d /tmp/pg_gatekeeper_perf.XXXXXX)
 chown postgres: "$work"
-port=27500
+# The first port from 27500 on that nothing listens on (another cluster may).
+port=
+for p in $(seq 27500 27599); do
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+done
+[[ -n $port ]] || { echo "no free port in 27500-27599" >&2; exit 1; }
 as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
 cleanup() {
   as_pg "$BIN/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true
