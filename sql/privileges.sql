@@ -58,6 +58,24 @@ SELECT * FROM dblink('member', 'SELECT 1') AS t(x int);
 SELECT state FROM gatekeeper.sessions WHERE pid = :member_pid;
 SELECT dblink_disconnect('member'), dblink_disconnect('other');
 
+-- A superuser is exempt through exempt_superusers only, not as an implicit
+-- member of the roles in exempt_roles.
+ALTER SYSTEM SET pg_gatekeeper.exempt_superusers = off;
+ALTER SYSTEM SET pg_gatekeeper.exempt_roles = 'regress_exempt_group';
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.exempt_superusers') = 'off'
+                             AND current_setting('pg_gatekeeper.exempt_roles') = 'regress_exempt_group'$$);
+-- This session has the reload by now; a gated statement re-decides.
+SELECT 1 AS gated;
+SELECT state FROM gatekeeper.sessions WHERE pid = pg_backend_pid();
+ALTER SYSTEM RESET pg_gatekeeper.exempt_superusers;
+ALTER SYSTEM RESET pg_gatekeeper.exempt_roles;
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.exempt_superusers') = 'on'
+                             AND current_setting('pg_gatekeeper.exempt_roles') = ''$$);
+SELECT 1 AS gated;
+SELECT state FROM gatekeeper.sessions WHERE pid = pg_backend_pid();
+
 -- A hostile search_path cannot redirect the views.
 CREATE SCHEMA evil;
 CREATE FUNCTION evil.status() RETURNS int LANGUAGE sql AS 'SELECT 1/0';

@@ -164,8 +164,8 @@ pub fn is_exempt(slot: usize) -> bool {
 
 /// Whether `role` is exempt under the settings now in force.
 pub fn role_is_exempt(role: pg_sys::Oid) -> bool {
-    // SAFETY: superuser_arg, get_role_oid and is_member_of_role read the
-    // catalogs through syscache, which needs (and has) a transaction here.
+    // SAFETY: superuser_arg, get_role_oid and is_member_of_role_nosuper read
+    // the catalogs through syscache, which needs (and has) a transaction here.
     unsafe {
         if gucs::exempt_superusers() && pg_sys::superuser_arg(role) {
             return true;
@@ -173,7 +173,10 @@ pub fn role_is_exempt(role: pg_sys::Oid) -> bool {
         for name in gucs::exempt_roles() {
             let Ok(c) = std::ffi::CString::new(name) else { continue };
             let oid = pg_sys::get_role_oid(c.as_ptr(), true);
-            if oid != pg_sys::InvalidOid && pg_sys::is_member_of_role(role, oid) {
+            // The _nosuper variant: is_member_of_role counts a superuser as a
+            // member of every role, which would exempt superusers through
+            // exempt_roles while exempt_superusers is off.
+            if oid != pg_sys::InvalidOid && pg_sys::is_member_of_role_nosuper(role, oid) {
                 return true;
             }
         }
