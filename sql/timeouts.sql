@@ -20,6 +20,10 @@ SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 SELECT dblink_exec('b', 'SELECT 1', false) AS result;
 SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
 SELECT queue_timeouts_total, queued FROM gatekeeper.status;
+-- The timed-out wait is in the wait statistics, though nobody was admitted.
+SELECT waited_total, (SELECT sum(waits) FROM gatekeeper.wait_histogram) AS histogram_waits,
+       wait_max_ms > 250 AS max_is_the_timed_out_wait, wait_p99_ms > 250 AS p99_too
+  FROM gatekeeper.status;
 
 -- A timed-out BEGIN leaves an aborted block: BEGIN itself completes after
 -- the wait, the block's next statement reports the timeout and aborts the
@@ -68,6 +72,11 @@ SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT pg_terminate_backend(:b_pid);
 SELECT regress.wait_for('SELECT queued = 0 FROM gatekeeper.status');
 SELECT queue_cancels_total, queue_exits_total, admitted, queued FROM gatekeeper.status;
+-- Every wait that ended is in the histogram once, however it ended.
+SELECT (SELECT sum(waits) FROM gatekeeper.wait_histogram)
+       = waited_total + queue_timeouts_total + queue_cancels_total + queue_exits_total + clients_lost_total
+       AS every_wait_counted
+  FROM gatekeeper.status;
 SELECT dblink_exec('a', 'COMMIT');
 
 SELECT dblink_disconnect('a'), dblink_disconnect('c');

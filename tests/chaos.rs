@@ -1258,8 +1258,9 @@ fn log_summary(log: &str) -> String {
 ///   within [log - terminates received, log]. A rejection is raised at once,
 ///   with no wait that anything could interrupt.
 /// - overflow_total == the deadlock breaker's log lines (it logs each).
-/// - sum(wait_histogram) == waited_total (each admission after a wait is
-///   recorded once).
+/// - sum(wait_histogram) == waited_total + queue_timeouts_total +
+///   queue_cancels_total + queue_exits_total + clients_lost_total (every
+///   wait that ended is recorded once, however it ended).
 ///
 /// Bounds (a client cannot tell whether its session was parked or running
 /// when a signal landed):
@@ -1337,7 +1338,11 @@ fn check_totals(
 
     let log_overflow = count_lines(log, "over the limit because process") as u64;
     check(overflow == log_overflow, format!("overflow_total {overflow} but {log_overflow} breaker log lines"));
-    check(hist_sum as u64 == waited, format!("wait_histogram sums to {hist_sum} but waited_total is {waited}"));
+    let ended = waited + timeouts + cancels + exits + lost;
+    check(
+        hist_sum as u64 == ended,
+        format!("wait_histogram sums to {hist_sum} but {ended} waits ended ({waited} admitted after a wait)"),
+    );
 
     check(admitted >= completed, format!("admitted_total {admitted} < {completed} completed transactions"));
     check(

@@ -235,6 +235,9 @@ impl<'a> Gate<'a> {
         self.unlink(i);
         let waited = self.end_wait(i, now_us);
         self.slots[i].state = SlotState::Idle;
+        // Every wait that ended is in the histogram, however it ended: the
+        // percentiles must not leave out the waits that timed out.
+        self.h.waits.record(waited);
         let c = &mut self.h.counters;
         c.wait_time_us += waited;
         match why {
@@ -397,6 +400,11 @@ impl<'a> Gate<'a> {
         }
         if h.demand_peak < h.holders + h.queued {
             return Err(format!("demand peak {} below {} holders and {} queued", h.demand_peak, h.holders, h.queued));
+        }
+        let c = &h.counters;
+        let ended = c.waited + c.timeouts + c.cancels + c.exits + c.clients_lost;
+        if h.waits.total() != ended {
+            return Err(format!("histogram holds {} waits but {ended} ended", h.waits.total()));
         }
         if h.tickets < h.limit {
             return Err(format!("tickets {} below limit {}", h.tickets, h.limit));
@@ -600,6 +608,9 @@ mod tests {
         assert_eq!(g.queue().collect::<Vec<_>>(), vec![3]);
         let c = g.header().counters;
         assert_eq!((c.timeouts, c.cancels, c.clients_lost), (1, 1, 1));
+        // The abandoned waits are in the histogram too: 8, 6 and 9 µs.
+        assert_eq!(g.header().waits.total(), 3);
+        assert_eq!(g.header().waits.max_us, 9);
         assert_eq!(f.release(0, 20), vec![3]);
     }
 
