@@ -95,6 +95,35 @@ SELECT dblink_exec('a', 'ROLLBACK TO SAVEPOINT s');
 SELECT admitted FROM gatekeeper.status;
 SELECT dblink_exec('a', 'COMMIT');
 
+-- COMMIT AND CHAIN and ROLLBACK AND CHAIN start the next block at once,
+-- with no point in between where it could park: it keeps the admission,
+-- and B stays queued until the chain ends.
+SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
+SELECT dblink_send_query('b', 'SELECT ''after the chain''');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT dblink_exec('a', 'COMMIT AND CHAIN');
+SELECT s.state, st.admitted, st.queued
+  FROM gatekeeper.sessions s JOIN pids USING (pid), gatekeeper.status st WHERE conn = 'a';
+SELECT * FROM dblink('a', 'SELECT 2') AS t(x int);
+SELECT dblink_exec('a', 'ROLLBACK AND CHAIN');
+SELECT * FROM dblink('a', 'SELECT 3') AS t(x int);
+SELECT s.state, st.admitted, st.queued
+  FROM gatekeeper.sessions s JOIN pids USING (pid), gatekeeper.status st WHERE conn = 'a';
+SELECT dblink_exec('a', 'COMMIT');
+SELECT * FROM dblink_get_result('b') AS t(x text);
+SELECT * FROM dblink_get_result('b') AS t(x text);
+-- A failed block has already handed its admission on: its chained block is
+-- admitted at its first gated statement, like a new transaction.
+SELECT dblink_exec('a', 'BEGIN');
+SELECT dblink_exec('a', 'SELECT 1/0', false);
+SELECT dblink_exec('a', 'ROLLBACK AND CHAIN');
+SELECT s.state, st.admitted FROM gatekeeper.sessions s JOIN pids USING (pid), gatekeeper.status st WHERE conn = 'a';
+SELECT * FROM dblink('a', 'SELECT 4') AS t(x int);
+SELECT s.state, st.admitted FROM gatekeeper.sessions s JOIN pids USING (pid), gatekeeper.status st WHERE conn = 'a';
+SELECT dblink_exec('a', 'COMMIT');
+SELECT admitted, queued FROM gatekeeper.status;
+
 SELECT dblink_disconnect('a'), dblink_disconnect('b'), dblink_disconnect('c'), dblink_disconnect('d');
 SELECT regress.quiet();
 ALTER SYSTEM RESET ALL;

@@ -44,6 +44,13 @@ SELECT dblink_send_query('b', 'SELECT ''b ran''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('c', 'SELECT 1', false) AS result;
 SELECT split_part(dblink_error_message('c'), E'\n', 1) AS error;
+-- Turned away at BEGIN: the block's next statement reports it and aborts it.
+SELECT dblink_exec('c', 'BEGIN', false) AS result;
+SELECT dblink_exec('c', 'SELECT 1', false) AS result;
+SELECT split_part(dblink_error_message('c'), E'\n', 1) AS error;
+SELECT dblink_exec('c', 'SELECT 2', false) AS result;
+SELECT split_part(dblink_error_message('c'), E'\n', 1) AS error;
+SELECT dblink_exec('c', 'ROLLBACK');
 SELECT rejected_total, queue_timeouts_total FROM gatekeeper.status;
 SELECT dblink_exec('a', 'COMMIT');
 SELECT * FROM dblink_get_result('b') AS t(x text);
@@ -78,8 +85,28 @@ SELECT (SELECT sum(waits) FROM gatekeeper.wait_histogram)
        AS every_wait_counted
   FROM gatekeeper.status;
 SELECT dblink_exec('a', 'COMMIT');
+-- A cancel while BEGIN waits leaves an aborted block, as a timeout does:
+-- BEGIN completes, the next statement reports the cancel, what follows fails.
+SELECT dblink_disconnect('b');
+SELECT dblink_connect('b', regress.conninfo('regress_app'));
+SELECT pid AS b_pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid int) \gset
+SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
+SELECT dblink_send_query('b', 'BEGIN');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT pg_cancel_backend(:b_pid);
+SELECT regress.wait_for('SELECT queued = 0 FROM gatekeeper.status');
+SELECT * FROM dblink_get_result('b', false) AS t(x text);
+SELECT * FROM dblink_get_result('b', false) AS t(x text);
+SELECT dblink_exec('b', 'SELECT 1', false) AS result;
+SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
+SELECT dblink_exec('b', 'SELECT 2', false) AS result;
+SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
+SELECT dblink_exec('b', 'ROLLBACK');
+SELECT queue_cancels_total, admitted, queued FROM gatekeeper.status;
+SELECT dblink_exec('a', 'COMMIT');
 
-SELECT dblink_disconnect('a'), dblink_disconnect('c');
+SELECT dblink_disconnect('a'), dblink_disconnect('b'), dblink_disconnect('c');
 RESET client_min_messages;
 SELECT regress.quiet();
 ALTER SYSTEM RESET ALL;

@@ -59,11 +59,67 @@ impl QueueTimeout {
 }
 
 /// 53400: the queue already holds `max_queued` sessions.
-pub fn queue_full(queued: u32, max_queued: u32, limit: u32) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-        "pg_gatekeeper: admission queue is full".into(),
-        format!("{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}."),
-        "Retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.",
-    )
+#[derive(Clone, Copy, Debug)]
+pub struct QueueFull {
+    pub queued: u32,
+    pub max_queued: u32,
+    pub limit: u32,
+    /// Turned away at BEGIN: raised by the block's next statement.
+    pub at_begin: bool,
+}
+
+impl QueueFull {
+    pub fn raise(self) -> ! {
+        let QueueFull { queued, max_queued, limit, at_begin } = self;
+        let (after, hint) = if at_begin {
+            (
+                " BEGIN was turned away; the transaction block is aborted.",
+                "ROLLBACK and retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.",
+            )
+        } else {
+            ("", "Retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.")
+        };
+        raise(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            "pg_gatekeeper: admission queue is full".into(),
+            format!("{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}.{after}"),
+            hint,
+        )
+    }
+}
+
+/// An error that ended BEGIN's wait for admission, kept so that the block's
+/// next gated statement raises it. Raised while BEGIN itself runs, any error
+/// would end the block (PostgreSQL's AbortCurrentTransaction in TBLOCK_BEGIN
+/// goes back to idle), and statements the client already sent would then
+/// run outside the transaction it asked for. Raised by the next statement,
+/// it aborts the block, and they fail instead.
+#[derive(Debug)]
+pub enum AtBegin {
+    Timeout(QueueTimeout),
+    QueueFull(QueueFull),
+    /// An ERROR raised by an interrupt while parked (cancel,
+    /// statement_timeout), with PostgreSQL's own SQLSTATE and message.
+    Interrupted {
+        code: PgSqlErrorCode,
+        message: String,
+        detail: Option<String>,
+    },
+}
+
+impl AtBegin {
+    pub fn raise(self) -> ! {
+        match self {
+            AtBegin::Timeout(t) => t.raise(),
+            AtBegin::QueueFull(f) => f.raise(),
+            AtBegin::Interrupted { code, message, detail } => {
+                let note = "It ended BEGIN's wait for admission; the transaction block is aborted.";
+                let detail = match detail {
+                    Some(d) => format!("{d} {note}"),
+                    None => note.to_string(),
+                };
+                raise(code, message, detail, "ROLLBACK and retry the transaction.")
+            }
+        }
+    }
 }

@@ -6,16 +6,19 @@
 //! lock and sets that waiter's latch, so a woken waiter only has to confirm
 //! that it was admitted. Every way out of the wait is accounted for:
 //! - admitted: the normal path;
-//! - `queue_timeout`: leave the queue, then ERROR 53000. At BEGIN the error
-//!   is deferred to the block's next gated statement: PostgreSQL turns an
-//!   error raised while BEGIN itself runs into "BEGIN failed, back to idle"
-//!   (AbortCurrentTransaction, TBLOCK_BEGIN), whereas an error in the next
-//!   statement aborts the block, so that statements the client already sent
-//!   fail instead of running outside the transaction it asked for;
+//! - `queue_timeout`: leave the queue, then ERROR 53000;
 //! - an ERROR raised by CHECK_FOR_INTERRUPTS (cancel, statement_timeout):
 //!   the unwinding `Parked` guard leaves the queue;
 //! - FATAL (terminate, lost client, postmaster death): the backend exits and
 //!   `session::on_exit` leaves the queue, since FATAL does not unwind.
+//!
+//! At BEGIN no error is raised: a timeout, a full queue or an interrupt's
+//! ERROR is kept (`errors::AtBegin`) and raised by the block's next gated
+//! statement. PostgreSQL turns an error raised while BEGIN itself runs into
+//! "BEGIN failed, back to idle" (AbortCurrentTransaction, TBLOCK_BEGIN),
+//! whereas an error in the next statement aborts the block, so that
+//! statements the client already sent fail instead of running outside the
+//! transaction it asked for (DESIGN §3).
 //!
 //! How the sleep itself notices a lost client is in `park`.
 
@@ -25,7 +28,7 @@ use gatekeeper_core::{Abandon, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::{self, QueueTimeout};
+use crate::errors::{AtBegin, QueueFull, QueueTimeout};
 use crate::{gucs, park, session, shmem};
 
 /// Longest single sleep; the loop re-checks its state at least this often
@@ -45,8 +48,8 @@ pub enum Point {
 /// Take an admission for the current transaction, parking if needed.
 /// The caller has checked that the session is gated and not yet admitted.
 pub fn admit(point: Point) {
-    if let Some(t) = session::take_deferred_timeout() {
-        t.raise();
+    if let Some(e) = session::take_deferred() {
+        e.raise();
     }
     let slot = session::ensure_attached();
     if session::is_exempt(slot) {
@@ -63,7 +66,14 @@ pub fn admit(point: Point) {
     });
     match req {
         Request::Admitted => session::set_admitted(true),
-        Request::Rejected { queued } => errors::queue_full(queued, max_queued, limit),
+        Request::Rejected { queued } => {
+            let e = QueueFull { queued, max_queued, limit, at_begin: point == Point::Begin };
+            if e.at_begin {
+                session::defer(AtBegin::QueueFull(e));
+                return;
+            }
+            e.raise()
+        }
         Request::Queued { position } => {
             // The first session to queue starts the worker's sampling; while
             // the queue lasts, its clock keeps it sampling.
@@ -128,7 +138,7 @@ fn wait(slot: usize, started_us: i64, point: Point) {
                 let at_begin = point == Point::Begin;
                 let t = QueueTimeout { waited_ms, timeout_ms, limit, queued: queued.saturating_sub(1), at_begin };
                 if at_begin {
-                    session::defer_timeout(t);
+                    session::defer(AtBegin::Timeout(t));
                     return;
                 }
                 t.raise();
@@ -142,8 +152,45 @@ fn wait(slot: usize, started_us: i64, point: Point) {
         if sleeper.sleep(now, sleep_ms) == park::Woke::ClientGone {
             client_lost(&mut guard);
         }
-        pg_sys::check_for_interrupts!();
+        if point == Point::Begin {
+            if let Some(e) = interrupt_error() {
+                guard.armed = false;
+                // If the ticket came as the interrupt did, BEGIN succeeded:
+                // as PostgreSQL ignores a cancel that lands once a statement
+                // is done, the error is dropped and the block goes on.
+                if leave(slot, Abandon::Cancel) {
+                    session::defer(e);
+                }
+                return;
+            }
+        } else {
+            pg_sys::check_for_interrupts!();
+        }
     }
+}
+
+/// CHECK_FOR_INTERRUPTS, returning the ERROR it raises (cancel,
+/// statement_timeout) instead of raising it. A FATAL (terminate, postmaster
+/// death) does not return, as ever. Catching is safe here: the parked loop
+/// holds no lock, pin or buffer, and pgrx's boundary has already copied the
+/// error and flushed PostgreSQL's error state.
+fn interrupt_error() -> Option<AtBegin> {
+    use pgrx::pg_sys::panic::CaughtError;
+    PgTryBuilder::new(|| {
+        pg_sys::check_for_interrupts!();
+        None
+    })
+    .catch_others(|e| match e {
+        CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) if r.level() == PgLogLevel::ERROR => {
+            Some(AtBegin::Interrupted {
+                code: r.sql_error_code(),
+                message: r.message().to_string(),
+                detail: r.detail().map(str::to_string),
+            })
+        }
+        other => other.rethrow(),
+    })
+    .execute()
 }
 
 /// The client hung up while we were parked: leave the queue and end the
@@ -216,7 +263,14 @@ pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _a
     use pg_sys::XactEvent::*;
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE if session::utility_depth() == 0 => {
-            end_transaction();
+            if session::take_chain(event) {
+                // COMMIT/ROLLBACK AND CHAIN: the next transaction starts at
+                // once, with no statement in between where it could be
+                // admitted; it keeps this one's admission.
+                session::end_transaction();
+            } else {
+                end_transaction();
+            }
         }
         _ => {}
     }

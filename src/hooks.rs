@@ -122,6 +122,10 @@ enum Utility {
     Free,
     /// Admitted before it runs; internal commits keep the admission.
     Gated,
+    /// COMMIT or ROLLBACK AND CHAIN: needs no admission itself; the chained
+    /// transaction keeps an admitted block's admission, released instead
+    /// at this transaction event otherwise.
+    Chain(pg_sys::XactEvent::Type),
 }
 
 impl Utility {
@@ -133,10 +137,16 @@ impl Utility {
         unsafe {
             match (*stmt).type_ {
                 T_TransactionStmt => {
-                    let kind = (*(stmt as *mut pg_sys::TransactionStmt)).kind;
-                    match kind {
+                    let t = &*(stmt as *mut pg_sys::TransactionStmt);
+                    match t.kind {
                         pg_sys::TransactionStmtKind::TRANS_STMT_BEGIN
                         | pg_sys::TransactionStmtKind::TRANS_STMT_START => Utility::Begin,
+                        pg_sys::TransactionStmtKind::TRANS_STMT_COMMIT if t.chain => {
+                            Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT)
+                        }
+                        pg_sys::TransactionStmtKind::TRANS_STMT_ROLLBACK if t.chain => {
+                            Utility::Chain(pg_sys::XactEvent::XACT_EVENT_ABORT)
+                        }
                         // COMMIT, ROLLBACK, savepoints, PREPARE TRANSACTION,
                         // and COMMIT/ROLLBACK PREPARED: the last two finish a
                         // prepared transaction that may hold locks admitted
@@ -190,6 +200,17 @@ unsafe extern "C-unwind" fn process_utility(
         }
         match Utility::classify((*pstmt).utilityStmt) {
             Utility::Free => run(),
+            Utility::Chain(event) => {
+                run();
+                // It ran, so the block ends at the next transaction event
+                // and the chained one starts (an error before then means no
+                // chain: the mark is then cleared without effect). In an
+                // aborted block the admission is already gone, and the
+                // chained block is admitted at its first gated statement.
+                if session::admitted() {
+                    session::chain_at(event);
+                }
+            }
             Utility::Begin => {
                 run();
                 if needs_admission() {

@@ -11,7 +11,7 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::QueueTimeout;
+use crate::errors::AtBegin;
 use crate::{gucs, shmem};
 
 struct Local {
@@ -30,9 +30,13 @@ struct Local {
     /// Depth of gated utility statements being executed; while above zero,
     /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
     utility_depth: Cell<u32>,
-    /// A queue timeout at BEGIN, to be raised by the block's next gated
-    /// statement (see `gate::admit`).
-    deferred_timeout: Cell<Option<QueueTimeout>>,
+    /// An error that ended the wait at BEGIN, to be raised by the block's
+    /// next gated statement (see `errors::AtBegin`).
+    deferred: Cell<Option<AtBegin>>,
+    /// COMMIT/ROLLBACK AND CHAIN ran in an admitted block: at this
+    /// transaction event the admission passes to the chained transaction
+    /// instead of being released.
+    chain_at: Cell<Option<pg_sys::XactEvent::Type>>,
 }
 
 thread_local! {
@@ -44,7 +48,8 @@ thread_local! {
             passed: Cell::new(false),
             exempt: Cell::new(None),
             utility_depth: Cell::new(0),
-            deferred_timeout: Cell::new(None),
+            deferred: Cell::new(None),
+            chain_at: Cell::new(None),
         }
     };
 }
@@ -79,8 +84,9 @@ pub fn pass_this_transaction() {
 pub fn end_transaction() {
     LOCAL.with(|l| {
         l.passed.set(false);
-        // A timed-out BEGIN followed directly by COMMIT or ROLLBACK.
-        l.deferred_timeout.set(None);
+        // A failed BEGIN followed directly by COMMIT or ROLLBACK: nothing in
+        // the block needed the gate.
+        l.deferred.set(None);
     });
 }
 
@@ -88,12 +94,26 @@ pub fn slot() -> usize {
     LOCAL.with(|l| l.slot.get())
 }
 
-pub fn defer_timeout(t: QueueTimeout) {
-    LOCAL.with(|l| l.deferred_timeout.set(Some(t)));
+pub fn defer(e: AtBegin) {
+    LOCAL.with(|l| l.deferred.set(Some(e)));
 }
 
-pub fn take_deferred_timeout() -> Option<QueueTimeout> {
-    LOCAL.with(|l| l.deferred_timeout.take())
+pub fn take_deferred() -> Option<AtBegin> {
+    LOCAL.with(|l| l.deferred.take())
+}
+
+/// A chained COMMIT (at `XACT_EVENT_COMMIT`) or ROLLBACK (at
+/// `XACT_EVENT_ABORT`) is about to end this admitted transaction and start
+/// the next one at once.
+pub fn chain_at(event: pg_sys::XactEvent::Type) {
+    LOCAL.with(|l| l.chain_at.set(Some(event)));
+}
+
+/// Whether this transaction event ends a chained transaction whose successor
+/// keeps the admission. Clears the mark either way: a COMMIT AND CHAIN whose
+/// commit fails aborts instead, and starts no chained transaction.
+pub fn take_chain(event: pg_sys::XactEvent::Type) -> bool {
+    LOCAL.with(|l| l.chain_at.take()) == Some(event)
 }
 
 pub fn utility_depth() -> u32 {
