@@ -558,8 +558,9 @@ impl<'a> Driver<'a> {
                 r.map(|()| 1)
             }
             Kind::StmtTimeoutBegin => {
-                // A BEGIN that parks and times out fails; the session is
-                // back to idle (not in a block).
+                // statement_timeout while BEGIN parks: BEGIN completes, the
+                // SELECT reports 57014 and the block is aborted (cleanup
+                // rolls it back).
                 let ms = self.rng.range(5, 60);
                 self.exec(&format!("SET statement_timeout = {ms}"))?;
                 self.timeout_set = true;
@@ -1252,11 +1253,14 @@ fn log_summary(log: &str) -> String {
 ///   sends one after BEGIN. Nothing else can end an app_to wait or hide its
 ///   error: no fault is injected into app_to and it has no statement_timeout.
 ///   The server log must agree too.
-/// - rejected_total == the 53400 errors that app_to sessions received + the
+/// - rejected_total >= the 53400 errors that app_to sessions received + the
 ///   53400 in the log for app sessions and psql clients (psql clients may be
-///   SIGKILLed before they read theirs); and the app sessions' own count is
-///   within [log - terminates received, log]. A rejection is raised at once,
-///   with no wait that anything could interrupt.
+///   SIGKILLed before they read theirs), and == the 53400 in the log, but
+///   for rejections at BEGIN that were never raised: a rejection at BEGIN
+///   is raised by the block's next gated statement, and a terminate, a
+///   psql kill or a cancel that lands first (57014 instead) loses it. So the
+///   excess is at most those faults. The app sessions' own count is within
+///   [log - terminates received, log].
 /// - overflow_total == the deadlock breaker's log lines (it logs each).
 /// - sum(wait_histogram) == waited_total + queue_timeouts_total +
 ///   queue_cancels_total + queue_exits_total + clients_lost_total (every
@@ -1318,12 +1322,23 @@ fn check_totals(
     };
     let log_rejected = rejections("");
     let (log_rejected_a, log_rejected_psql) = (rejections("] a"), rejections("] psql-"));
-    check(rejected == log_rejected, format!("rejected_total {rejected} but {log_rejected} in the log"));
+    // Rejections at BEGIN whose deferred error a fault may have swallowed.
+    let swallowable = faults.fault("terminated")
+        + faults.fault("psql killed")
+        + faults.fault("psql killed otherwise")
+        + a.err("57014");
     check(
-        rejected == t.err("53400") + log_rejected_a + log_rejected_psql,
+        log_rejected <= rejected && rejected <= log_rejected + swallowable,
+        format!(
+            "rejected_total {rejected} but {log_rejected} in the log (+ at most {swallowable} swallowed by faults)"
+        ),
+    );
+    let seen = t.err("53400") + log_rejected_a + log_rejected_psql;
+    check(
+        seen <= rejected && rejected <= seen + swallowable,
         format!(
             "rejected_total {rejected} but app_to sessions received {} 53400 errors, and the log has {log_rejected_a} \
-             for app sessions and {log_rejected_psql} for psql",
+             for app sessions and {log_rejected_psql} for psql (+ at most {swallowable} swallowed by faults)",
             t.err("53400")
         ),
     );
