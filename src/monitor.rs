@@ -1,6 +1,8 @@
 //! Recognising monitoring queries: a SELECT whose every range-table entry is
-//! one of pg_gatekeeper's own views or functions (objects in the
-//! `gatekeeper` schema) and that calls no volatile function anywhere else.
+//! one of pg_gatekeeper's own views or set-returning functions (objects in
+//! the `gatekeeper` schema) and that calls no volatile function anywhere
+//! else: not in its target list, WHERE, JOIN ... ON, HAVING, LIMIT/OFFSET,
+//! window frame offsets, or the arguments of the functions it reads.
 //! Such a query needs no admission, so that a DBA can always look at the
 //! gate, even when it is full. Anything else, `SELECT pg_sleep(10) FROM
 //! gatekeeper.status` included, is gated as usual.
@@ -32,9 +34,12 @@ impl Schema {
         // SAFETY: syscache lookup of a relation's namespace.
         self.oid().is_some_and(|s| unsafe { pg_sys::get_rel_namespace(relid) } == s)
     }
-    fn owns_function(&mut self, funcid: pg_sys::Oid) -> bool {
-        // SAFETY: syscache lookup of a function's namespace.
-        self.oid().is_some_and(|s| unsafe { pg_sys::get_func_namespace(funcid) } == s)
+    /// One of our set-returning functions, the ones behind the views
+    /// (`gatekeeper.reset()` is ours too, but it changes things).
+    fn owns_view_function(&mut self, funcid: pg_sys::Oid) -> bool {
+        // SAFETY: syscache lookups of a function's namespace and retset flag.
+        self.oid()
+            .is_some_and(|s| unsafe { pg_sys::get_func_namespace(funcid) == s && pg_sys::get_func_retset(funcid) })
     }
 }
 
@@ -68,8 +73,8 @@ unsafe fn rtable_is_ours(rtable: *mut pg_sys::List, schema: &mut Schema, nested:
                     if expr.is_null() || unsafe { (*expr).type_ } != NodeTag::T_FuncExpr {
                         return None;
                     }
-                    let funcid = unsafe { (*(expr as *mut pg_sys::FuncExpr)).funcid };
-                    if !schema.owns_function(funcid) {
+                    let fexpr = unsafe { &*(expr as *mut pg_sys::FuncExpr) };
+                    if !schema.owns_view_function(fexpr.funcid) || unsafe { volatile(fexpr.args.cast()) } {
                         return None;
                     }
                 }
@@ -110,8 +115,14 @@ unsafe fn is_monitoring_query_in(query: *mut pg_sys::Query, schema: &mut Schema)
         if rtable_is_ours(q.rtable, schema, true) != Some(true) {
             return false;
         }
-        let quals = if q.jointree.is_null() { std::ptr::null_mut() } else { (*q.jointree).quals };
-        !volatile(q.targetList.cast()) && !volatile(quals) && !volatile(q.havingQual)
+        // The join tree holds WHERE and every JOIN ... ON.
+        !volatile(q.targetList.cast())
+            && !volatile(q.jointree.cast())
+            && !volatile(q.havingQual)
+            && !volatile(q.limitOffset)
+            && !volatile(q.limitCount)
+            && list_ptrs::<pg_sys::WindowClause>(q.windowClause)
+                .all(|w| !volatile((*w).startOffset) && !volatile((*w).endOffset))
     }
 }
 
@@ -137,6 +148,33 @@ unsafe fn plan_is_clean(plan: *mut pg_sys::Plan) -> bool {
             return false;
         }
         let extra_ok = match p.type_ {
+            NodeTag::T_NestLoop | NodeTag::T_MergeJoin | NodeTag::T_HashJoin => {
+                !volatile((*(plan as *mut pg_sys::Join)).joinqual.cast())
+                    && match p.type_ {
+                        NodeTag::T_MergeJoin => !volatile((*(plan as *mut pg_sys::MergeJoin)).mergeclauses.cast()),
+                        NodeTag::T_HashJoin => !volatile((*(plan as *mut pg_sys::HashJoin)).hashclauses.cast()),
+                        _ => true,
+                    }
+            }
+            NodeTag::T_Limit => {
+                let l = &*(plan as *mut pg_sys::Limit);
+                !volatile(l.limitOffset) && !volatile(l.limitCount)
+            }
+            NodeTag::T_Result => !volatile((*(plan as *mut pg_sys::Result)).resconstantqual),
+            NodeTag::T_WindowAgg => {
+                let w = &*(plan as *mut pg_sys::WindowAgg);
+                !volatile(w.startOffset) && !volatile(w.endOffset)
+            }
+            NodeTag::T_FunctionScan => {
+                // The functions are ours (checked on the range table); their
+                // arguments must not call anything volatile.
+                list_ptrs::<pg_sys::RangeTblFunction>((*(plan as *mut pg_sys::FunctionScan)).functions).all(|f| {
+                    let e = (*f).funcexpr;
+                    !e.is_null()
+                        && (*e).type_ == NodeTag::T_FuncExpr
+                        && !volatile((*(e as *mut pg_sys::FuncExpr)).args.cast())
+                })
+            }
             NodeTag::T_SubqueryScan => plan_is_clean((*(plan as *mut pg_sys::SubqueryScan)).subplan),
             NodeTag::T_Append => {
                 list_ptrs::<pg_sys::Plan>((*(plan as *mut pg_sys::Append)).appendplans).all(|c| plan_is_clean(c))
