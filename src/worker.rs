@@ -94,6 +94,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_resolve_us = 0;
     let mut next_sample_us = 0;
     let mut next_deadlock_us = 0;
+    let mut last_now = now;
     let mut cpu = CpuMeter { last: None, idle: 1.0 };
     let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
@@ -115,6 +116,14 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             next_resolve_us = 0;
         }
         let now = crate::now_us();
+        if now < last_now {
+            // The wall clock stepped back (NTP, an administrator): deadlines
+            // set before the step would hold the controller, the deadlock
+            // breaker and the history back until the clock caught up.
+            (next_resolve_us, next_sample_us, next_deadlock_us) = (0, 0, 0);
+            hist.next_at_us = now;
+        }
+        last_now = now;
         if now >= next_resolve_us {
             apply_limit();
             next_resolve_us = now + RESOLVE_EVERY_US;

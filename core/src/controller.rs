@@ -58,7 +58,10 @@ pub struct DemandWindow {
 impl DemandWindow {
     /// Fold in the gate's peak since the last call; returns the recent demand.
     pub fn observe(&mut self, now_us: i64, peak: u32) -> u32 {
-        if now_us - self.start_us >= DEMAND_WINDOW_US {
+        // A clock that stepped back starts a new window too (the old one
+        // counting as the one before), or the window would stay open, and
+        // the demand stale, until the clock caught up.
+        if now_us - self.start_us >= DEMAND_WINDOW_US || now_us < self.start_us {
             // A window with no observation at all counts as empty.
             self.previous = if now_us - self.start_us >= 2 * DEMAND_WINDOW_US { 0 } else { self.current };
             self.current = 0;
@@ -267,6 +270,12 @@ mod tests {
         // A long silence (the worker sleeps while nobody is queued) forgets all.
         assert_eq!(d.observe(3 * w + w / 2, 900), 900);
         assert_eq!(d.observe(10 * w, 10), 10);
+        // The clock steps back an hour: a new window at once, the old one
+        // remembered as the one before, then forgotten a window later.
+        let back = 10 * w - 3600 * w;
+        assert_eq!(d.observe(back, 5), 10);
+        assert_eq!(d.observe(back + w / 2, 6), 10, "same window");
+        assert_eq!(d.observe(back + w + 1, 7), 7);
     }
 
     #[test]
