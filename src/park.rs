@@ -76,7 +76,10 @@ impl Sleeper {
         }
         self.next_poll_us = now_us + self.poll_ms as i64 * 1000;
         // SAFETY: pq_check_connection polls this backend's own client socket.
-        !unsafe { pq_check_connection() }
+        // It can elog(ERROR) (a failed epoll call): the guarded boundary
+        // turns that into an unwind, so the caller's `Parked` guard still
+        // leaves the queue, instead of a longjmp over the Rust frames.
+        !unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| pq_check_connection()) }
     }
 
     /// Sleep until the latch is set, the client hangs up, or `max_ms` pass.
