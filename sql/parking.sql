@@ -59,7 +59,10 @@ SELECT p.conn, s.transactions_admitted, s.times_parked, s.last_wait_ms > 0 AS wa
   FROM pids p JOIN gatekeeper.sessions s USING (pid) ORDER BY p.conn;
 
 -- Volatile work elsewhere in a query over the views is gated too: in a
--- JOIN ... ON, in LIMIT, or gatekeeper.reset(); a join of two views is not.
+-- JOIN ... ON, in LIMIT, or gatekeeper.reset(), and so is a user-defined
+-- function, volatile or not; a join of two views is not.
+CREATE FUNCTION public.stable_one() RETURNS int STABLE LANGUAGE plpgsql AS 'BEGIN RETURN 1; END';
+SELECT dblink_connect('f', regress.conninfo('regress_app'));
 -- Prepared statements show the same from their plans, which later
 -- executions reach only through ExecutorStart.
 SELECT dblink_connect('e', regress.conninfo('regress_app'));
@@ -79,6 +82,8 @@ SELECT dblink_send_query('d', 'SELECT * FROM gatekeeper.reset()');
 SELECT regress.wait_for('SELECT queued = 3 FROM gatekeeper.status');
 SELECT dblink_send_query('e', 'EXECUTE v');
 SELECT regress.wait_for('SELECT queued = 4 FROM gatekeeper.status');
+SELECT dblink_send_query('f', 'SELECT public.stable_one() + 4 FROM gatekeeper.status');
+SELECT regress.wait_for('SELECT queued = 5 FROM gatekeeper.status');
 SELECT dblink_exec('a', 'COMMIT');
 SELECT * FROM dblink_get_result('b') AS t(x int);
 SELECT * FROM dblink_get_result('b') AS t(x int);
@@ -89,7 +94,10 @@ SELECT split_part(dblink_error_message('d'), E'\n', 1) AS error;
 SELECT * FROM dblink_get_result('d', false) AS t(x text);
 SELECT * FROM dblink_get_result('e') AS t(x int);
 SELECT * FROM dblink_get_result('e') AS t(x int);
-SELECT dblink_disconnect('e');
+SELECT * FROM dblink_get_result('f') AS t(x int);
+SELECT * FROM dblink_get_result('f') AS t(x int);
+SELECT dblink_disconnect('e'), dblink_disconnect('f');
+DROP FUNCTION public.stable_one();
 
 -- ROLLBACK and an error abort hand the slot on too.
 SELECT dblink_exec('a', 'BEGIN');

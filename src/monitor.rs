@@ -1,8 +1,11 @@
 //! Recognising monitoring queries: a SELECT whose every range-table entry is
 //! one of pg_gatekeeper's own views or set-returning functions (objects in
-//! the `gatekeeper` schema) and that calls no volatile function anywhere
-//! else: not in its target list, WHERE, JOIN ... ON, HAVING, LIMIT/OFFSET,
-//! window frame offsets, or the arguments of the functions it reads.
+//! the `gatekeeper` schema) and that calls no volatile function and no
+//! user-defined function anywhere else: not in its target list, WHERE,
+//! JOIN ... ON, HAVING, LIMIT/OFFSET, window frame offsets, or the arguments
+//! of the functions it reads. A stable or immutable user-defined function
+//! can still do any amount of work, or run queries of its own, which would
+//! then need an admission in the middle of this statement.
 //! Such a query needs no admission, so that a DBA can always look at the
 //! gate, even when it is full. Anything else, `SELECT pg_sleep(10) FROM
 //! gatekeeper.status` included, is gated as usual.
@@ -15,6 +18,7 @@
 
 use pgrx::pg_sys;
 use pgrx::pg_sys::NodeTag;
+use pgrx::prelude::*;
 
 /// Schema that holds the extension's objects (the control file fixes it).
 const SCHEMA: &std::ffi::CStr = c"gatekeeper";
@@ -74,7 +78,7 @@ unsafe fn rtable_is_ours(rtable: *mut pg_sys::List, schema: &mut Schema, nested:
                         return None;
                     }
                     let fexpr = unsafe { &*(expr as *mut pg_sys::FuncExpr) };
-                    if !schema.owns_view_function(fexpr.funcid) || unsafe { volatile(fexpr.args.cast()) } {
+                    if !schema.owns_view_function(fexpr.funcid) || unsafe { may_do_work(fexpr.args.cast()) } {
                         return None;
                     }
                 }
@@ -94,9 +98,37 @@ unsafe fn rtable_is_ours(rtable: *mut pg_sys::List, schema: &mut Schema, nested:
     Some(ours)
 }
 
+/// Whether an expression calls a volatile function or a user-defined one
+/// (OID from `FirstNormalObjectId` on: anything not built into PostgreSQL).
+///
 /// SAFETY: `node` must be NULL or a valid expression tree.
-unsafe fn volatile(node: *mut pg_sys::Node) -> bool {
-    !node.is_null() && unsafe { pg_sys::contain_volatile_functions(node) }
+unsafe fn may_do_work(node: *mut pg_sys::Node) -> bool {
+    // SAFETY: forwarded from the caller; the walker only reads the tree.
+    !node.is_null()
+        && unsafe { pg_sys::contain_volatile_functions(node) || user_function_walker(node, std::ptr::null_mut()) }
+}
+
+/// `expression_tree_walker` callback: true on the first user-defined function.
+#[pg_guard]
+unsafe extern "C-unwind" fn user_function_walker(node: *mut pg_sys::Node, ctx: *mut std::ffi::c_void) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: PostgreSQL's walkers pass valid nodes of the tree being walked.
+    unsafe {
+        if pg_sys::check_functions_in_node(node, Some(user_function), ctx) {
+            return true;
+        }
+        if (*node).type_ == NodeTag::T_Query {
+            return pg_sys::query_tree_walker(node.cast(), Some(user_function_walker), ctx, 0);
+        }
+        pg_sys::expression_tree_walker(node, Some(user_function_walker), ctx)
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn user_function(funcid: pg_sys::Oid, _ctx: *mut std::ffi::c_void) -> bool {
+    funcid.to_u32() >= pg_sys::FirstNormalObjectId
 }
 
 unsafe fn is_monitoring_query_in(query: *mut pg_sys::Query, schema: &mut Schema) -> bool {
@@ -116,13 +148,13 @@ unsafe fn is_monitoring_query_in(query: *mut pg_sys::Query, schema: &mut Schema)
             return false;
         }
         // The join tree holds WHERE and every JOIN ... ON.
-        !volatile(q.targetList.cast())
-            && !volatile(q.jointree.cast())
-            && !volatile(q.havingQual)
-            && !volatile(q.limitOffset)
-            && !volatile(q.limitCount)
+        !may_do_work(q.targetList.cast())
+            && !may_do_work(q.jointree.cast())
+            && !may_do_work(q.havingQual)
+            && !may_do_work(q.limitOffset)
+            && !may_do_work(q.limitCount)
             && list_ptrs::<pg_sys::WindowClause>(q.windowClause)
-                .all(|w| !volatile((*w).startOffset) && !volatile((*w).endOffset))
+                .all(|w| !may_do_work((*w).startOffset) && !may_do_work((*w).endOffset))
     }
 }
 
@@ -144,26 +176,26 @@ unsafe fn plan_is_clean(plan: *mut pg_sys::Plan) -> bool {
     // only through the fields of the node types we recognise.
     unsafe {
         let p = &*plan;
-        if volatile(p.targetlist.cast()) || volatile(p.qual.cast()) {
+        if may_do_work(p.targetlist.cast()) || may_do_work(p.qual.cast()) {
             return false;
         }
         let extra_ok = match p.type_ {
             NodeTag::T_NestLoop | NodeTag::T_MergeJoin | NodeTag::T_HashJoin => {
-                !volatile((*(plan as *mut pg_sys::Join)).joinqual.cast())
+                !may_do_work((*(plan as *mut pg_sys::Join)).joinqual.cast())
                     && match p.type_ {
-                        NodeTag::T_MergeJoin => !volatile((*(plan as *mut pg_sys::MergeJoin)).mergeclauses.cast()),
-                        NodeTag::T_HashJoin => !volatile((*(plan as *mut pg_sys::HashJoin)).hashclauses.cast()),
+                        NodeTag::T_MergeJoin => !may_do_work((*(plan as *mut pg_sys::MergeJoin)).mergeclauses.cast()),
+                        NodeTag::T_HashJoin => !may_do_work((*(plan as *mut pg_sys::HashJoin)).hashclauses.cast()),
                         _ => true,
                     }
             }
             NodeTag::T_Limit => {
                 let l = &*(plan as *mut pg_sys::Limit);
-                !volatile(l.limitOffset) && !volatile(l.limitCount)
+                !may_do_work(l.limitOffset) && !may_do_work(l.limitCount)
             }
-            NodeTag::T_Result => !volatile((*(plan as *mut pg_sys::Result)).resconstantqual),
+            NodeTag::T_Result => !may_do_work((*(plan as *mut pg_sys::Result)).resconstantqual),
             NodeTag::T_WindowAgg => {
                 let w = &*(plan as *mut pg_sys::WindowAgg);
-                !volatile(w.startOffset) && !volatile(w.endOffset)
+                !may_do_work(w.startOffset) && !may_do_work(w.endOffset)
             }
             NodeTag::T_FunctionScan => {
                 // The functions are ours (checked on the range table); their
@@ -172,7 +204,7 @@ unsafe fn plan_is_clean(plan: *mut pg_sys::Plan) -> bool {
                     let e = (*f).funcexpr;
                     !e.is_null()
                         && (*e).type_ == NodeTag::T_FuncExpr
-                        && !volatile((*(e as *mut pg_sys::FuncExpr)).args.cast())
+                        && !may_do_work((*(e as *mut pg_sys::FuncExpr)).args.cast())
                 })
             }
             NodeTag::T_SubqueryScan => plan_is_clean((*(plan as *mut pg_sys::SubqueryScan)).subplan),
