@@ -11,6 +11,9 @@
 //!   consistent picture (the views) take it in shared mode through
 //!   [`with_gate_shared`], copy what they need, and build tuples only after
 //!   releasing it. Nothing that can raise an ERROR or sleep runs under it.
+//!   (The copies are Rust vectors: an allocation failure there aborts the
+//!   process, as out-of-memory does anywhere in Rust code, and the
+//!   postmaster's crash restart then rebuilds the segment, lock included.)
 //! - `nslots`, `history_cap` and `lock` are written once, by the postmaster
 //!   at startup, and read without the lock afterwards.
 //! - `worker_procno` is an atomic so that a parking backend can wake the
@@ -37,10 +40,10 @@ pub struct Shared {
     nslots: u32,
     history_cap: u32,
     /// PGPROC number of the worker, -1 while it is not running.
-    pub worker_procno: AtomicI32,
-    pub header: GateHeader,
-    pub status: LimitStatus,
-    pub ring: Ring,
+    worker_procno: AtomicI32,
+    header: GateHeader,
+    status: LimitStatus,
+    ring: Ring,
 }
 
 /// Where the limit came from and what the worker last saw; under the lock.
@@ -152,12 +155,12 @@ fn shared_ptr() -> *mut Shared {
     p
 }
 
-/// The lock-free parts of the segment.
-pub fn shared() -> &'static Shared {
-    // SAFETY: the segment lives as long as the process once created, and the
-    // fields reachable through &Shared without the lock are atomics or
-    // written once at startup.
-    unsafe { &*shared_ptr() }
+/// The worker's PGPROC number (-1 while it is not running), the one part of
+/// the segment used without the lock.
+pub fn worker_procno() -> &'static AtomicI32 {
+    // SAFETY: the segment lives as long as the process once created; this
+    // borrows only the atomic field, never the fields the lock guards.
+    unsafe { &*ptr::addr_of!((*shared_ptr()).worker_procno) }
 }
 
 /// Everything the lock guards, borrowed for the duration of the lock.
@@ -267,7 +270,7 @@ pub fn wake(procno: usize) {
 
 /// Wake the worker, if it runs (a session just joined the queue).
 pub fn wake_worker() {
-    let procno = shared().worker_procno.load(Ordering::Relaxed);
+    let procno = worker_procno().load(Ordering::Relaxed);
     if procno >= 0 {
         wake(procno as usize);
     }

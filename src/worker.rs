@@ -87,7 +87,11 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi(None, None);
     // SAFETY: MyProc is valid in a background worker with shared memory access.
     let procno = unsafe { (*pg_sys::MyProc).pgprocno };
-    shmem::shared().worker_procno.store(procno, Ordering::Relaxed);
+    shmem::worker_procno().store(procno, Ordering::Relaxed);
+    // SAFETY: registering a plain callback; it runs at any exit (an ERROR or
+    // FATAL included), so that backends stop setting the latch of a PGPROC
+    // that another process may reuse.
+    unsafe { pg_sys::before_shmem_exit(Some(forget_worker), pg_sys::Datum::from(0)) };
     pgrx::log!("pg_gatekeeper worker started");
 
     let now = crate::now_us();
@@ -150,8 +154,12 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             break; // SIGTERM or postmaster death
         }
     }
-    shmem::shared().worker_procno.store(-1, Ordering::Relaxed);
     pgrx::log!("pg_gatekeeper worker exiting");
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
+    shmem::worker_procno().store(-1, Ordering::Relaxed);
 }
 
 /// Resolve the settings into a limit and apply it; raising it admits at once.
