@@ -30,14 +30,13 @@ pub struct QueueTimeout {
     pub limit: u32,
     /// Sessions still queued after this one left.
     pub queued: u32,
-    /// The wait was at BEGIN: raised by the block's next statement, which
-    /// aborts the block.
-    pub at_begin: bool,
 }
 
 impl QueueTimeout {
-    pub fn raise(self) -> ! {
-        let QueueTimeout { waited_ms, timeout_ms, limit, queued, at_begin } = self;
+    /// `at_begin`: the wait was at BEGIN, and the block's next statement
+    /// raises it (see [`AtBegin`]).
+    fn raise_as(self, at_begin: bool) -> ! {
+        let QueueTimeout { waited_ms, timeout_ms, limit, queued } = self;
         let (what, after, hint) = if at_begin {
             (
                 "BEGIN waited",
@@ -56,6 +55,10 @@ impl QueueTimeout {
             hint,
         )
     }
+
+    pub fn raise(self) -> ! {
+        self.raise_as(false)
+    }
 }
 
 /// 53400: the queue already holds `max_queued` sessions.
@@ -64,13 +67,13 @@ pub struct QueueFull {
     pub queued: u32,
     pub max_queued: u32,
     pub limit: u32,
-    /// Turned away at BEGIN: raised by the block's next statement.
-    pub at_begin: bool,
 }
 
 impl QueueFull {
-    pub fn raise(self) -> ! {
-        let QueueFull { queued, max_queued, limit, at_begin } = self;
+    /// `at_begin`: turned away at BEGIN, and the block's next statement
+    /// raises it (see [`AtBegin`]).
+    fn raise_as(self, at_begin: bool) -> ! {
+        let QueueFull { queued, max_queued, limit } = self;
         let (after, hint) = if at_begin {
             (
                 " BEGIN was turned away; the transaction block is aborted.",
@@ -85,6 +88,10 @@ impl QueueFull {
             format!("{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}.{after}"),
             hint,
         )
+    }
+
+    pub fn raise(self) -> ! {
+        self.raise_as(false)
     }
 }
 
@@ -110,8 +117,8 @@ pub enum AtBegin {
 impl AtBegin {
     pub fn raise(self) -> ! {
         match self {
-            AtBegin::Timeout(t) => t.raise(),
-            AtBegin::QueueFull(f) => f.raise(),
+            AtBegin::Timeout(t) => t.raise_as(true),
+            AtBegin::QueueFull(f) => f.raise_as(true),
             AtBegin::Interrupted { code, message, detail } => {
                 let note = "It ended BEGIN's wait for admission; the transaction block is aborted.";
                 let detail = match detail {

@@ -67,8 +67,8 @@ pub fn admit(point: Point) {
     match req {
         Request::Admitted => session::set_admitted(true),
         Request::Rejected { queued } => {
-            let e = QueueFull { queued, max_queued, limit, at_begin: point == Point::Begin };
-            if e.at_begin {
+            let e = QueueFull { queued, max_queued, limit };
+            if point == Point::Begin {
                 session::defer(AtBegin::QueueFull(e));
                 return;
             }
@@ -135,9 +135,8 @@ fn wait(slot: usize, started_us: i64, point: Point) {
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {
-                let at_begin = point == Point::Begin;
-                let t = QueueTimeout { waited_ms, timeout_ms, limit, queued: queued.saturating_sub(1), at_begin };
-                if at_begin {
+                let t = QueueTimeout { waited_ms, timeout_ms, limit, queued: queued.saturating_sub(1) };
+                if point == Point::Begin {
                     session::defer(AtBegin::Timeout(t));
                     return;
                 }
