@@ -121,11 +121,21 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         }
         let now = crate::now_us();
         if now < last_now {
-            // The wall clock stepped back (NTP, an administrator): deadlines
-            // set before the step would hold the controller, the deadlock
-            // breaker and the history back until the clock caught up.
-            (next_resolve_us, next_sample_us, next_deadlock_us) = (0, 0, 0);
-            hist.next_at_us = now;
+            // The wall clock stepped back (NTP, an administrator): move the
+            // deadlines and the history's last sample back with it. Left
+            // alone, they would hold the controller, the deadlock breaker
+            // and the history back until the clock caught up; zeroed, the
+            // next history sample would divide its admissions by about 0 s.
+            let step = last_now - now;
+            for t in [
+                &mut next_resolve_us,
+                &mut next_sample_us,
+                &mut next_deadlock_us,
+                &mut hist.next_at_us,
+                &mut hist.last_at_us,
+            ] {
+                *t -= step;
+            }
         }
         last_now = now;
         if now >= next_resolve_us {
