@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 BIN=/usr/lib/postgresql/15/bin
 PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
-PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility)
+PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility classes)
 NOT_PRELOADED=(not_preloaded)
 [ $# -gt 0 ] && PRELOADED=("$@") && NOT_PRELOADED=()
 

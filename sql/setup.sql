@@ -5,7 +5,9 @@ CREATE ROLE regress_app LOGIN;
 CREATE ROLE regress_other LOGIN;
 CREATE ROLE regress_exempt_group;
 CREATE ROLE regress_member LOGIN IN ROLE regress_exempt_group;
-GRANT USAGE ON SCHEMA public TO regress_app, regress_other, regress_member;
+-- Neither superuser nor exempt: a monitoring role.
+CREATE ROLE regress_monitor LOGIN IN ROLE pg_monitor;
+GRANT USAGE ON SCHEMA public TO regress_app, regress_other, regress_member, regress_monitor;
 CREATE SCHEMA regress;
 GRANT USAGE ON SCHEMA regress TO PUBLIC;
 

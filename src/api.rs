@@ -5,6 +5,7 @@
 //! rows after releasing it. Every function raises 55000 with a hint if the
 //! library was not preloaded. None of them needs admission (see `monitor`).
 
+use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::histogram::{Histogram, NBUCKETS};
 use gatekeeper_core::{GateHeader, Slot, SlotState};
 use pgrx::datum::TimestampWithTimeZone;
@@ -32,6 +33,7 @@ struct SessionInfo {
     slot: Option<Slot>,
     queue_position: Option<u32>,
     counts_as_running: Option<bool>,
+    class: Option<String>,
 }
 
 /// A consistent copy of the gate, taken under the shared lock.
@@ -41,6 +43,7 @@ struct Snapshot {
     slots: Vec<Slot>,
     positions: Vec<Option<u32>>,
     oldest_wait_us: Option<u64>,
+    class_oldest: [Option<u64>; MAX_CLASSES],
     now: i64,
 }
 
@@ -49,15 +52,19 @@ fn snapshot() -> Snapshot {
     shmem::with_gate_shared(|l| {
         let slots = l.gate.slots().to_vec();
         let mut positions = vec![None; slots.len()];
-        for (pos, i) in l.gate.queue().enumerate() {
-            positions[i] = Some(pos as u32 + 1);
+        for c in 0..MAX_CLASSES {
+            for (pos, i) in l.gate.class_queue(c).enumerate() {
+                positions[i] = Some(pos as u32 + 1);
+            }
         }
+        let class_oldest = std::array::from_fn(|c| l.gate.class_oldest_wait_us(c, now));
         Snapshot {
             header: *l.gate.header(),
             status: *l.status,
             slots,
             positions,
             oldest_wait_us: l.gate.oldest_wait_us(now),
+            class_oldest,
             now,
         }
     })
@@ -102,8 +109,14 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 _ if session::role_is_exempt(be.st_userid) => "exempt",
                 _ => "idle",
             };
-            let counts_as_running =
-                (slot.map(|s| s.state) == Some(SlotState::Admitted)).then(|| !crate::worker::waits_on_client(procno));
+            let admitted = slot.filter(|s| s.state == SlotState::Admitted);
+            let counts_as_running = admitted.map(|s| !s.stalled && !crate::worker::waits_on_client(procno));
+            // The class of the current or last request; none for a session
+            // that never asked (or is exempt).
+            let class = slot
+                .filter(|s| s.xacts_admitted > 0 || s.times_parked > 0 || s.state != SlotState::Idle)
+                .filter(|s| s.state != SlotState::Exempt)
+                .map(|s| snap.header.classes[s.class as usize].name.as_str().to_string());
             let visible = read_all || pg_sys::has_privs_of_role(reader, be.st_userid);
             let (datname, usename, application_name) = if visible {
                 (
@@ -123,6 +136,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 slot,
                 queue_position: snap.positions.get(procno).copied().flatten(),
                 counts_as_running,
+                class,
             });
         }
     }
@@ -147,6 +161,7 @@ fn status() -> TableIterator<
         name!(admitted, i32),
         name!(active, i32),
         name!(running, i32),
+        name!(stalled, i32),
         name!(cpu_idle, f64),
         name!(idle_in_transaction, i32),
         name!(queued, i32),
@@ -161,6 +176,7 @@ fn status() -> TableIterator<
         name!(queue_cancels_total, i64),
         name!(queue_exits_total, i64),
         name!(clients_lost_total, i64),
+        name!(stalls_total, i64),
         name!(wait_time_total_ms, f64),
         name!(oldest_wait_ms, Option<f64>),
         name!(wait_p50_ms, Option<f64>),
@@ -185,6 +201,7 @@ fn status() -> TableIterator<
         h.holders as i32,
         count("active"),
         snap.status.running as i32,
+        h.stalled as i32,
         snap.status.cpu_idle,
         count("idle in transaction"),
         h.queued as i32,
@@ -199,6 +216,7 @@ fn status() -> TableIterator<
         c.cancels as i64,
         c.exits as i64,
         c.clients_lost as i64,
+        c.stalls as i64,
         ms(c.wait_time_us),
         snap.oldest_wait_us.map(ms),
         q(0.5),
@@ -218,11 +236,13 @@ fn sessions() -> TableIterator<
         name!(datname, Option<String>),
         name!(usename, Option<String>),
         name!(application_name, Option<String>),
+        name!(class, Option<String>),
         name!(state, &'static str),
         name!(queue_position, Option<i32>),
         name!(wait_start, Option<TimestampWithTimeZone>),
         name!(wait_ms, Option<f64>),
         name!(counts_as_running, Option<bool>),
+        name!(stalled, Option<bool>),
         name!(overflow, Option<bool>),
         name!(transactions_admitted, Option<i64>),
         name!(times_parked, Option<i64>),
@@ -241,16 +261,97 @@ fn sessions() -> TableIterator<
                 s.datname,
                 s.usename,
                 s.application_name,
+                s.class,
                 s.state,
                 s.queue_position.map(|p| p as i32),
                 queued.and_then(|x| ts(x.wait_start_us)),
                 queued.map(|x| ms((snap.now - x.wait_start_us).max(0) as u64)),
                 s.counts_as_running,
+                s.slot.filter(|x| x.state == SlotState::Admitted).map(|x| x.stalled),
                 s.slot.filter(|x| x.state == SlotState::Admitted).map(|x| x.overflow),
                 Some(stats.map_or(0, |x| x.xacts_admitted as i64)),
                 Some(stats.map_or(0, |x| x.times_parked as i64)),
                 Some(stats.map_or(0.0, |x| ms(x.wait_total_us))),
                 stats.filter(|x| x.times_parked > 0).map(|x| ms(x.last_wait_us)),
+            )
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+#[pg_extern(name = "classes", parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn classes() -> TableIterator<
+    'static,
+    (
+        name!(class, String),
+        name!(defined, bool),
+        name!(max_active, Option<i32>),
+        name!(reserve, i32),
+        name!(reserve_in_force, i32),
+        name!(weight, i32),
+        name!(queue_timeout_ms, Option<i64>),
+        name!(max_queued, Option<i32>),
+        name!(admitted, i32),
+        name!(running, i32),
+        name!(stalled, i32),
+        name!(queued, i32),
+        name!(oldest_wait_ms, Option<f64>),
+        name!(admitted_total, i64),
+        name!(waited_total, i64),
+        name!(overflow_total, i64),
+        name!(queue_timeouts_total, i64),
+        name!(rejected_total, i64),
+        name!(stalls_total, i64),
+        name!(wait_time_total_ms, f64),
+        name!(wait_p50_ms, Option<f64>),
+        name!(wait_p95_ms, Option<f64>),
+        name!(wait_p99_ms, Option<f64>),
+        name!(wait_max_ms, Option<f64>),
+    ),
+> {
+    let snap = snapshot();
+    let mut running = [0i32; MAX_CLASSES];
+    for (i, s) in snap.slots.iter().enumerate() {
+        if s.state == SlotState::Admitted && !s.stalled && !crate::worker::waits_on_client(i) {
+            running[s.class as usize] += 1;
+        }
+    }
+    let rows: Vec<_> = snap
+        .header
+        .classes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.in_use)
+        .map(|(k, c)| {
+            let p = c.params;
+            let q = |x: f64| c.waits.quantile_us(x).map(|us| us / 1000.0);
+            let n = &c.counters;
+            (
+                c.name.as_str().to_string(),
+                c.defined,
+                (p.max_active > 0).then_some(p.max_active as i32),
+                p.reserve as i32,
+                c.reserve_in_force as i32,
+                p.weight as i32,
+                (p.queue_timeout_ms >= 0).then_some(p.queue_timeout_ms),
+                (p.max_queued > 0).then_some(p.max_queued as i32),
+                c.admitted as i32,
+                running[k],
+                c.stalled as i32,
+                c.queued as i32,
+                snap.class_oldest[k].map(ms),
+                n.admitted as i64,
+                n.waited as i64,
+                n.overflow as i64,
+                n.timeouts as i64,
+                n.rejected as i64,
+                n.stalls as i64,
+                ms(n.wait_time_us),
+                q(0.5),
+                q(0.95),
+                q(0.99),
+                (c.waits.total() > 0).then(|| ms(c.waits.max_us)),
             )
         })
         .collect();
@@ -320,17 +421,20 @@ CREATE VIEW gatekeeper.status AS SELECT * FROM gatekeeper.status();
 CREATE VIEW gatekeeper.sessions AS SELECT * FROM gatekeeper.sessions();
 CREATE VIEW gatekeeper.wait_histogram AS SELECT * FROM gatekeeper.wait_histogram();
 CREATE VIEW gatekeeper.history AS SELECT * FROM gatekeeper.history();
+CREATE VIEW gatekeeper.classes AS SELECT * FROM gatekeeper.classes();
 
 COMMENT ON VIEW gatekeeper.status IS 'pg_gatekeeper: the limit, session counts by state, and totals since the last reset';
 COMMENT ON VIEW gatekeeper.sessions IS 'pg_gatekeeper: one row per client backend with its admission state';
 COMMENT ON VIEW gatekeeper.wait_histogram IS 'pg_gatekeeper: distribution of queue waits since the last reset';
 COMMENT ON VIEW gatekeeper.history IS 'pg_gatekeeper: periodic samples taken by the worker';
+COMMENT ON VIEW gatekeeper.classes IS 'pg_gatekeeper: one row per admission class with its settings, counts and totals';
 
 GRANT USAGE ON SCHEMA gatekeeper TO PUBLIC;
-GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogram, gatekeeper.history TO PUBLIC;
+GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogram, gatekeeper.history,
+    gatekeeper.classes TO PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.reset() FROM PUBLIC;
 "#,
     name = "views",
-    requires = [status, sessions, wait_histogram, history, reset],
+    requires = [status, sessions, wait_histogram, history, classes, reset],
     finalize
 );

@@ -1,5 +1,7 @@
 //! The errors pg_gatekeeper raises, each with its SQLSTATE, DETAIL and HINT.
 
+use gatekeeper_core::classes::{ClassName, DEFAULT_CLASS};
+use gatekeeper_core::Full;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
@@ -22,6 +24,15 @@ pub fn not_preloaded() -> ! {
     unreachable!("ERROR returned")
 }
 
+/// " in class \"x\"", or nothing for the class default.
+fn in_class(class: &ClassName) -> String {
+    if class.is_empty() || class.as_str() == DEFAULT_CLASS {
+        String::new()
+    } else {
+        format!(" in class \"{}\"", class.as_str())
+    }
+}
+
 /// 53000: a wait in the queue exceeded `queue_timeout`.
 #[derive(Clone, Copy, Debug)]
 pub struct QueueTimeout {
@@ -30,29 +41,45 @@ pub struct QueueTimeout {
     pub limit: u32,
     /// Sessions still queued after this one left.
     pub queued: u32,
+    /// The session's class.
+    pub class: ClassName,
+    /// The timeout is the class's own (`queue_timeout` in
+    /// `pg_gatekeeper.classes`), not the session's setting.
+    pub class_timeout: bool,
 }
 
 impl QueueTimeout {
     /// `at_begin`: the wait was at BEGIN, and the block's next statement
     /// raises it (see [`AtBegin`]).
     fn raise_as(self, at_begin: bool) -> ! {
-        let QueueTimeout { waited_ms, timeout_ms, limit, queued } = self;
-        let (what, after, hint) = if at_begin {
+        let QueueTimeout { waited_ms, timeout_ms, limit, queued, class, class_timeout } = self;
+        let (what, after, retry) = if at_begin {
+            ("BEGIN waited", " The transaction block is aborted.", "ROLLBACK and retry the transaction")
+        } else {
+            ("Waited", "", "Retry the transaction")
+        };
+        let (setting, hint) = if class_timeout {
             (
-                "BEGIN waited",
-                " The transaction block is aborted.",
-                "ROLLBACK and retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.",
+                format!("queue_timeout of class \"{}\" = {timeout_ms} ms", class.as_str()),
+                format!(
+                    "{retry}, or raise queue_timeout of class {} in pg_gatekeeper.classes, or its max_active.",
+                    class.as_str()
+                ),
             )
         } else {
-            ("Waited", "", "Retry the transaction, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active.")
+            (
+                format!("pg_gatekeeper.queue_timeout = {timeout_ms} ms"),
+                format!("{retry}, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active."),
+            )
         };
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
             "pg_gatekeeper: timed out waiting for admission".into(),
             format!(
-                "{what} {waited_ms} ms (pg_gatekeeper.queue_timeout = {timeout_ms} ms); limit {limit}, {queued} still queued.{after}"
+                "{what} {waited_ms} ms{} ({setting}); limit {limit}, {queued} still queued.{after}",
+                in_class(&class)
             ),
-            hint,
+            &hint,
         )
     }
 
@@ -61,32 +88,48 @@ impl QueueTimeout {
     }
 }
 
-/// 53400: the queue already holds `max_queued` sessions.
+/// 53400: the queue, or the class's queue, already holds its `max_queued`.
 #[derive(Clone, Copy, Debug)]
 pub struct QueueFull {
     pub queued: u32,
     pub max_queued: u32,
     pub limit: u32,
+    pub class: ClassName,
+    /// Which queue is full: the whole one, or the class's.
+    pub full: Full,
 }
 
 impl QueueFull {
     /// `at_begin`: turned away at BEGIN, and the block's next statement
     /// raises it (see [`AtBegin`]).
     fn raise_as(self, at_begin: bool) -> ! {
-        let QueueFull { queued, max_queued, limit } = self;
-        let (after, hint) = if at_begin {
-            (
-                " BEGIN was turned away; the transaction block is aborted.",
-                "ROLLBACK and retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.",
-            )
+        let QueueFull { queued, max_queued, limit, class, full } = self;
+        let (after, retry) = if at_begin {
+            (" BEGIN was turned away; the transaction block is aborted.", "ROLLBACK and retry later")
         } else {
-            ("", "Retry later, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active.")
+            ("", "Retry later")
+        };
+        let (detail, hint) = match full {
+            Full::Gate => (
+                format!(
+                    "{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}{}.{after}",
+                    in_class(&class).replace(" in class", ", this session's class")
+                ),
+                format!("{retry}, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active."),
+            ),
+            Full::Class => (
+                format!(
+                    "{queued} sessions of class \"{}\" are queued (its max_queued = {max_queued}); limit {limit}.{after}",
+                    class.as_str()
+                ),
+                format!("{retry}, or raise max_queued of class {} in pg_gatekeeper.classes.", class.as_str()),
+            ),
         };
         raise(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             "pg_gatekeeper: admission queue is full".into(),
-            format!("{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}.{after}"),
-            hint,
+            detail,
+            &hint,
         )
     }
 

@@ -24,7 +24,9 @@
 
 use std::time::Duration;
 
-use gatekeeper_core::{Abandon, Request};
+use gatekeeper_core::admission::DEFAULT;
+use gatekeeper_core::classes::{ClassName, ClassParams};
+use gatekeeper_core::{Abandon, Full, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -58,16 +60,31 @@ pub fn admit(point: Point) {
         session::pass_this_transaction();
         return;
     }
+    session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
-    let (req, limit) = shmem::with_gate(|mut l| {
-        let r = l.gate.request(slot, now, max_queued);
-        (r, l.gate.header().limit)
+    let (req, limit, class) = gucs::with_class_name(|name| {
+        let (req, limit, class) = shmem::with_gate(|mut l| {
+            let index = if name.is_empty() { Some(DEFAULT) } else { l.gate.class_index(name) };
+            let known = index.is_some();
+            let index = index.unwrap_or(DEFAULT);
+            let r = l.gate.request(slot, index, now, max_queued);
+            let c = &l.gate.header().classes[index];
+            (r, l.gate.header().limit, Class { name: c.name, params: c.params, known })
+        });
+        if !class.known {
+            warn_unknown_class(name);
+        }
+        (req, limit, class)
     });
     match req {
         Request::Admitted => session::set_admitted(true),
-        Request::Rejected { queued } => {
-            let e = QueueFull { queued, max_queued, limit };
+        Request::Rejected { queued, full } => {
+            let bound = match full {
+                Full::Gate => max_queued,
+                Full::Class => class.params.max_queued,
+            };
+            let e = QueueFull { queued, max_queued: bound, limit, class: class.name, full };
             if point == Point::Begin {
                 session::defer(AtBegin::QueueFull(e));
                 return;
@@ -80,8 +97,37 @@ pub fn admit(point: Point) {
             if position == 1 {
                 shmem::wake_worker();
             }
-            wait(slot, now, point);
+            wait(slot, now, point, &class);
         }
+    }
+}
+
+/// The class a request was made in, as the wait and the errors need it.
+struct Class {
+    name: ClassName,
+    params: ClassParams,
+    /// The session's `pg_gatekeeper.class` names a defined class (or none).
+    known: bool,
+}
+
+thread_local! {
+    /// The last unknown class name this session was told about.
+    static WARNED_CLASS: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Say once per session and name, in the server log, that the session's
+/// class is not defined. It is never an error: the session is in `default`.
+fn warn_unknown_class(name: &str) {
+    let fresh = WARNED_CLASS.with(|w| {
+        let mut w = w.borrow_mut();
+        (*w != name).then(|| *w = name.to_string()).is_some()
+    });
+    if fresh {
+        pgrx::log!(
+            "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes; its transactions are admitted in class default",
+            // SAFETY: MyProcPid is set at process start.
+            unsafe { pg_sys::MyProcPid }
+        );
     }
 }
 
@@ -111,9 +157,11 @@ fn leave(slot: usize, why: Abandon) -> bool {
     left
 }
 
-fn wait(slot: usize, started_us: i64, point: Point) {
+fn wait(slot: usize, started_us: i64, point: Point, class: &Class) {
     let mut guard = Parked { slot, armed: true };
-    let timeout_ms = gucs::queue_timeout_ms();
+    // The class's own timeout, where it has one, else the session's.
+    let class_timeout = class.params.queue_timeout_ms >= 0;
+    let timeout_ms = if class_timeout { class.params.queue_timeout_ms as u32 } else { gucs::queue_timeout_ms() };
     let mut sleeper = park::Sleeper::new(gucs::client_check_interval_ms(), started_us);
     loop {
         let now = crate::now_us();
@@ -135,7 +183,14 @@ fn wait(slot: usize, started_us: i64, point: Point) {
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {
-                let t = QueueTimeout { waited_ms, timeout_ms, limit, queued: queued.saturating_sub(1) };
+                let t = QueueTimeout {
+                    waited_ms,
+                    timeout_ms,
+                    limit,
+                    queued: queued.saturating_sub(1),
+                    class: class.name,
+                    class_timeout,
+                };
                 if point == Point::Begin {
                     session::defer(AtBegin::Timeout(t));
                     return;

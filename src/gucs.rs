@@ -6,12 +6,14 @@
 //! SQLSTATE 22023; the check hooks here add a HINT for the values that need
 //! more than a range check.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, CString};
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+
+use gatekeeper_core::classes::{self, ClassDef};
 
 /// Gate this session's transactions. SUSET: only a superuser can step around the gate.
 static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
@@ -41,11 +43,19 @@ static SAMPLE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_SAMPLE_
 static HISTORY_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Number of history samples kept in shared memory.
 static HISTORY_SIZE: GucSetting<i32> = GucSetting::<i32>::new(600);
+/// A holder whose statement has run this long (lock waits included) stops
+/// counting as running, in ms; 0 = never.
+static STALL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_STALL_TIMEOUT_MS);
+/// The class definitions (see `gatekeeper_core::classes`).
+static CLASSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
+/// This session's class. SUSET: a session cannot move itself.
+static CLASS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 
 pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
 pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
 pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
+pub const DEFAULT_STALL_TIMEOUT_MS: i32 = 500;
 /// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
 const MAX_BACKENDS: i32 = 0x3FFFF;
 
@@ -53,6 +63,12 @@ thread_local! {
     /// Bumped by the assign hooks of settings that decide exemption, so that
     /// each backend re-decides after a reload.
     static EXEMPTION_GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// Bumped by the assign hooks of the settings that make the limit and
+    /// the classes, so that a process that reloaded applies them.
+    static LIMIT_GENERATION: Cell<u64> = const { Cell::new(0) };
+    /// This session's `pg_gatekeeper.class`, kept by its assign hook so that
+    /// reading it at each admission allocates nothing.
+    static CLASS_NAME: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 pub fn init() {
@@ -64,36 +80,80 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    // SAFETY: the assign hooks are #[pg_guard] extern fns that only touch a thread-local.
+    unsafe {
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_gatekeeper.max_active",
+            c"Target number of concurrently running gated transactions (0 = derive from the CPUs).",
+            c"With 0, the limit is ceil(effective CPUs x pg_gatekeeper.active_per_cpu).",
+            &MAX_ACTIVE,
+            0,
+            MAX_BACKENDS,
+            GucContext::Sighup,
+            GucFlags::default(),
+            None,
+            Some(assign_limit_int),
+            None,
+        );
+        GucRegistry::define_float_guc_with_hooks(
+            c"pg_gatekeeper.active_per_cpu",
+            c"Running transactions per effective CPU when pg_gatekeeper.max_active is 0.",
+            c"",
+            &ACTIVE_PER_CPU,
+            0.1,
+            1000.0,
+            GucContext::Sighup,
+            GucFlags::default(),
+            None,
+            Some(assign_limit_real),
+            None,
+        );
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_gatekeeper.max_tickets",
+            c"Most admissions at once, counting holders that wait on their client (0 = automatic).",
+            c"Holders that are idle in transaction lend their place; this caps how far. \
+              0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
+            &MAX_TICKETS,
+            0,
+            MAX_BACKENDS,
+            GucContext::Sighup,
+            GucFlags::default(),
+            None,
+            Some(assign_limit_int),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_gatekeeper.classes",
+            c"Admission classes, each with its own cap, reserve, weight, queue_timeout and max_queued.",
+            c"A comma-separated list of name (key = value, ...); see the README.",
+            &CLASSES,
+            GucContext::Sighup,
+            GucFlags::default(),
+            Some(check_classes),
+            Some(assign_classes),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_gatekeeper.class",
+            c"This session's admission class (empty or unknown = default).",
+            c"Set it per role or database with ALTER ROLE/DATABASE ... SET; only superusers can change it.",
+            &CLASS,
+            GucContext::Suset,
+            GucFlags::default(),
+            Some(check_class),
+            Some(assign_class),
+            None,
+        );
+    }
     GucRegistry::define_int_guc(
-        c"pg_gatekeeper.max_active",
-        c"Target number of concurrently running gated transactions (0 = derive from the CPUs).",
-        c"With 0, the limit is ceil(effective CPUs x pg_gatekeeper.active_per_cpu).",
-        &MAX_ACTIVE,
+        c"pg_gatekeeper.stall_timeout",
+        c"A holder whose statement has run this long, lock waits included, stops counting as running (0 = never).",
+        c"Its place goes to the queue; it keeps its admission. At most max_active stalled holders stop counting at once.",
+        &STALL_TIMEOUT,
         0,
-        MAX_BACKENDS,
+        i32::MAX,
         GucContext::Sighup,
-        GucFlags::default(),
-    );
-    GucRegistry::define_float_guc(
-        c"pg_gatekeeper.active_per_cpu",
-        c"Running transactions per effective CPU when pg_gatekeeper.max_active is 0.",
-        c"",
-        &ACTIVE_PER_CPU,
-        0.1,
-        1000.0,
-        GucContext::Sighup,
-        GucFlags::default(),
-    );
-    GucRegistry::define_int_guc(
-        c"pg_gatekeeper.max_tickets",
-        c"Most admissions at once, counting holders that wait on their client (0 = automatic).",
-        c"Holders that are idle in transaction lend their place; this caps how far. \
-          0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
-        &MAX_TICKETS,
-        0,
-        MAX_BACKENDS,
-        GucContext::Sighup,
-        GucFlags::default(),
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.queue_timeout",
@@ -243,6 +303,31 @@ pub fn history_interval_ms() -> u32 {
 pub fn history_size() -> usize {
     HISTORY_SIZE.get() as usize
 }
+/// `stall_timeout` in microseconds; 0 = stall relief off.
+pub fn stall_timeout_us() -> i64 {
+    STALL_TIMEOUT.get() as i64 * 1000
+}
+
+/// The class definitions now in force. Allocates; for reloads only.
+/// The check hook has accepted the value, so it parses.
+pub fn classes() -> Vec<ClassDef> {
+    CLASSES.get().and_then(|s| classes::parse(&s.to_string_lossy()).ok()).unwrap_or_default()
+}
+
+/// Run `f` with this session's class name (empty: none).
+pub fn with_class_name<R>(f: impl FnOnce(&str) -> R) -> R {
+    CLASS_NAME.with(|c| f(&c.borrow()))
+}
+
+/// A counter that changes whenever a setting that makes the limit or the
+/// classes changes in this process.
+pub fn limit_generation() -> u64 {
+    LIMIT_GENERATION.with(|g| g.get())
+}
+
+fn bump_limit_generation() {
+    LIMIT_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+}
 
 /// The roles listed in `exempt_roles`, parsed as PostgreSQL identifiers.
 /// Allocates; call it only when exemption must be decided again.
@@ -293,27 +378,19 @@ unsafe extern "C-unwind" fn check_exempt_roles(
     _extra: *mut *mut std::ffi::c_void,
     _source: pg_sys::GucSource::Type,
 ) -> bool {
-    // SAFETY: PostgreSQL passes a valid pointer to the proposed value, which
-    // is a NUL-terminated string or NULL.
-    let val = unsafe { *newval };
-    if val.is_null() {
+    // SAFETY: called as a string check hook.
+    let text = unsafe { proposed(newval) };
+    let Ok(c) = CString::new(text) else { return true };
+    if split_identifiers(&c).is_some() {
         return true;
     }
-    // SAFETY: checked non-null above; PostgreSQL owns the string for the call.
-    let s = unsafe { CStr::from_ptr(val) };
-    if split_identifiers(s).is_some() {
-        return true;
-    }
-    // SAFETY: the GUC_check_* strings are read by the caller right after we
-    // return false; pstrdup puts them in the current memory context as guc.c expects.
+    // SAFETY: called as a check hook, returning false.
     unsafe {
-        pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
-        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(c"The value is not a valid list of role names.".as_ptr());
-        pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(
-            c"List role names separated by commas, double-quoting names that contain commas, spaces or capitals, e.g. 'app_admin, \"Reporting\"'.".as_ptr(),
-        );
+        refuse(
+            "The value is not a valid list of role names.",
+            c"List role names separated by commas, double-quoting names that contain commas, spaces or capitals, e.g. 'app_admin, \"Reporting\"'.",
+        )
     }
-    false
 }
 
 #[pg_guard]
@@ -324,4 +401,101 @@ unsafe extern "C-unwind" fn assign_exempt_roles(_newval: *const std::ffi::c_char
 #[pg_guard]
 unsafe extern "C-unwind" fn assign_exempt_superusers(_newval: bool, _extra: *mut std::ffi::c_void) {
     bump_exemption_generation();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_limit_int(_newval: i32, _extra: *mut std::ffi::c_void) {
+    bump_limit_generation();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_limit_real(_newval: f64, _extra: *mut std::ffi::c_void) {
+    bump_limit_generation();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_classes(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    bump_limit_generation();
+}
+
+/// Refuse a check with SQLSTATE 22023, this DETAIL and this HINT.
+///
+/// # Safety
+/// Only from a GUC check hook, which then returns false.
+unsafe fn refuse(detail: &str, hint: &CStr) -> bool {
+    let detail = CString::new(detail.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: the GUC_check_* strings are read by the caller right after we
+    // return false; pstrdup puts them in the current memory context as guc.c expects.
+    unsafe {
+        pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+        pg_sys::GUC_check_errdetail_string = pg_sys::pstrdup(detail.as_ptr());
+        pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
+    }
+    false
+}
+
+/// The proposed value of a string setting, "" for NULL.
+///
+/// # Safety
+/// `newval` must be the pointer a string check hook receives.
+unsafe fn proposed(newval: *mut *mut std::ffi::c_char) -> String {
+    // SAFETY: PostgreSQL passes a valid pointer to a NUL-terminated string or NULL.
+    unsafe {
+        let val = *newval;
+        if val.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(val).to_string_lossy().into_owned()
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_classes(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: called as a string check hook.
+    let text = unsafe { proposed(newval) };
+    match classes::parse(&text) {
+        Ok(_) => true,
+        // SAFETY: called as a check hook, returning false.
+        Err(e) => unsafe {
+            refuse(
+                &format!("Invalid class definitions: {e}."),
+                c"Write a comma-separated list of name (key = value, ...), e.g. 'reporting (max_active = 2, queue_timeout = 30s), oltp (reserve = 4, weight = 3)'. Keys: max_active, reserve, weight, queue_timeout, max_queued.",
+            )
+        },
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_class(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: called as a string check hook.
+    let name = unsafe { proposed(newval) };
+    // A name that no definition could ever carry is refused; a well-formed
+    // name that is not defined (now) falls back to default at admission.
+    if name.is_empty() || classes::parse(&name).is_ok_and(|d| d.len() == 1 && d[0].name == name) {
+        return true;
+    }
+    // SAFETY: called as a check hook, returning false.
+    unsafe {
+        refuse(
+            &format!("\"{name}\" is not a valid class name."),
+            c"Class names are lower-case letters, digits and underscores, starting with a letter, as defined in pg_gatekeeper.classes.",
+        )
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_class(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    // SAFETY: PostgreSQL passes the new, checked value (or NULL).
+    let name =
+        if newval.is_null() { String::new() } else { unsafe { CStr::from_ptr(newval) }.to_string_lossy().into_owned() };
+    CLASS_NAME.with(|c| *c.borrow_mut() = name);
 }

@@ -106,6 +106,7 @@ unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, e
         if needs_admission() && !explain_only && !monitor::is_monitoring_plan((*query_desc).plannedstmt) {
             gate::admit(gate::Point::Statement);
         }
+        session::note_statement();
         match PREV_EXECUTOR_START {
             Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
             None => pg_sys::standard_ExecutorStart(query_desc, eflags),
@@ -198,6 +199,7 @@ unsafe extern "C-unwind" fn process_utility(
         if !session::is_client_backend() {
             return run();
         }
+        session::note_statement();
         match Utility::classify((*pstmt).utilityStmt) {
             Utility::Free => run(),
             Utility::Chain(event) => {

@@ -1,15 +1,21 @@
 //! Resolving the limit: effective CPUs from affinity and cgroup quotas, and
-//! `max_active` / `active_per_cpu` / `max_tickets` into numbers.
+//! `max_active` / `active_per_cpu` / `max_tickets` into numbers; and
+//! applying it, with the class definitions, to the shared gate.
 //!
 //! Only reads files (`/proc/self/status`, `/proc/self/cgroup`, the cgroup
 //! filesystem); the parsing rules live in `gatekeeper_core::cpus`.
+//!
+//! Who applies: the worker (at start, on reload, every few seconds), and
+//! every backend that reloaded a changed setting, at its next admission, so
+//! that a reload takes effect even while the worker is away.
 
 use std::fs;
 
+use gatekeeper_core::classes::ClassParams;
 use gatekeeper_core::cpus;
 use pgrx::pg_sys;
 
-use crate::gucs;
+use crate::{gucs, shmem};
 
 /// The limit and where it came from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,4 +81,25 @@ pub fn resolve() -> Resolved {
     }
     .max(limit);
     Resolved { limit, ceiling, effective_cpus, auto }
+}
+
+/// Resolve the settings now in force and apply the limit, the ticket
+/// ceiling and the classes; what they newly let in is admitted at once.
+pub fn apply() {
+    let r = resolve();
+    let defs = gucs::classes();
+    let list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
+    let now = crate::now_us();
+    let no_room = shmem::with_gate_waking(|mut l, wake| {
+        l.status.effective_cpus = r.effective_cpus;
+        l.status.auto = r.auto;
+        l.status.ceiling = r.ceiling;
+        l.gate.set_limit(r.limit, r.ceiling, now, wake);
+        l.gate.set_classes(&list, now, wake)
+    });
+    for name in no_room {
+        pgrx::warning!(
+            "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are in class default until classes dropped from pg_gatekeeper.classes have no sessions left"
+        );
+    }
 }

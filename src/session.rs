@@ -7,6 +7,7 @@
 //! that holds none is a no-op in the core.
 
 use std::cell::Cell;
+use std::sync::atomic::Ordering;
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -37,6 +38,12 @@ struct Local {
     /// transaction event the admission passes to the chained transaction
     /// instead of being released.
     chain_at: Cell<Option<pg_sys::XactEvent::Type>>,
+    /// The statement start (PostgreSQL's statement timestamp) last written
+    /// to our run start, so that each statement writes it once.
+    last_statement: Cell<i64>,
+    /// The limit settings' generation (`gucs::limit_generation`) this
+    /// process last applied, or found in force when it attached.
+    applied_limit: Cell<u64>,
 }
 
 thread_local! {
@@ -50,6 +57,8 @@ thread_local! {
             utility_depth: Cell::new(0),
             deferred: Cell::new(None),
             chain_at: Cell::new(None),
+            last_statement: Cell::new(0),
+            applied_limit: Cell::new(0),
         }
     };
 }
@@ -64,8 +73,45 @@ pub fn admitted() -> bool {
     LOCAL.with(|l| l.admitted.get())
 }
 
+/// Record whether we may hold an admission. Admitted now, the run that the
+/// worker's stall check measures starts now, whatever statement it is in:
+/// the time spent queued is not running time.
 pub fn set_admitted(v: bool) {
-    LOCAL.with(|l| l.admitted.set(v));
+    LOCAL.with(|l| {
+        l.admitted.set(v);
+        if v {
+            // SAFETY: reads a backend-local timestamp.
+            l.last_statement.set(unsafe { pg_sys::GetCurrentStatementStartTimestamp() });
+            shmem::run_start(l.slot.get()).store(crate::now_us(), Ordering::Relaxed);
+        }
+    });
+}
+
+/// A statement starts, or goes on, in an admitted transaction: keep the run
+/// start current, so that the worker measures this statement's time (the
+/// stall check). One compare per call; one store per statement.
+#[inline]
+pub fn note_statement() {
+    LOCAL.with(|l| {
+        if !l.admitted.get() {
+            return;
+        }
+        // SAFETY: reads a backend-local timestamp.
+        let started = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+        if started != l.last_statement.get() {
+            l.last_statement.set(started);
+            shmem::run_start(l.slot.get()).store(started, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Apply the limit and the classes if this process reloaded a change to
+/// them since it last looked (see `limit::apply`).
+pub fn apply_reloaded_limit() {
+    let generation = gucs::limit_generation();
+    if LOCAL.with(|l| l.applied_limit.replace(generation)) != generation {
+        crate::limit::apply();
+    }
 }
 
 /// Whether this transaction already holds an admission or was let through.
@@ -159,6 +205,8 @@ pub fn ensure_attached() -> usize {
     LOCAL.with(|l| {
         l.slot.set(i);
         l.attached.set(true);
+        // The settings this process started with are in force already.
+        l.applied_limit.set(gucs::limit_generation());
     });
     // SAFETY: registering a plain extern "C" callback; it runs at backend exit
     // before shared memory is detached, on FATAL and normal exits alike.

@@ -2,7 +2,8 @@
 //!
 //! Layout (one `ShmemInitStruct` named "pg_gatekeeper", MAXALIGNed parts):
 //! `Shared` header | `[Slot; nslots]` (one per PGPROC number below
-//! MaxBackends) | `[HistorySample; history_cap]`.
+//! MaxBackends) | `[HistorySample; history_cap]` | `[AtomicI64; nslots]`
+//! (each holder's run start, see [`run_start`]).
 //!
 //! Locking protocol:
 //! - `Shared::lock` (one LWLock of the "pg_gatekeeper" tranche) guards the
@@ -18,13 +19,17 @@
 //!   at startup, and read without the lock afterwards.
 //! - `worker_procno` is an atomic so that a parking backend can wake the
 //!   worker without the lock.
+//! - The run starts are atomics written by their own backend without the
+//!   lock, at admission and at each statement it starts while admitted, and
+//!   read by the worker, which decides stalls from them (a stale read only
+//!   delays a stall by one sample).
 //!
 //! After a crash the postmaster reinitialises shared memory and this module
 //! starts from an empty gate (the startup hook sees `found == false`).
 
 use std::mem::{align_of, size_of};
 use std::ptr;
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 use gatekeeper_core::history::{HistorySample, Ring};
 use gatekeeper_core::{Gate, GateHeader, Slot};
@@ -76,11 +81,13 @@ fn align(n: usize) -> usize {
     n.div_ceil(a) * a
 }
 
-fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize) {
+/// Offsets of the slots, the history and the run starts, and the total size.
+fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize, usize) {
     let slots_at = align(size_of::<Shared>());
     let history_at = align(slots_at + nslots * size_of::<Slot>());
-    let total = align(history_at + history_cap * size_of::<HistorySample>());
-    (slots_at, history_at, total)
+    let runs_at = align(history_at + history_cap * size_of::<HistorySample>());
+    let total = align(runs_at + nslots * size_of::<AtomicI64>());
+    (slots_at, history_at, runs_at, total)
 }
 
 /// Install the shared-memory hooks. Called once from `_PG_init`.
@@ -103,7 +110,7 @@ unsafe extern "C-unwind" fn shmem_request() {
         if let Some(prev) = PREV_SHMEM_REQUEST {
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
-        let (_, _, total) = offsets(pg_sys::MaxBackends as usize, gucs::history_size());
+        let (.., total) = offsets(pg_sys::MaxBackends as usize, gucs::history_size());
         pg_sys::RequestAddinShmemSpace(total);
         pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 1);
     }
@@ -119,7 +126,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
         }
         let nslots = pg_sys::MaxBackends as usize;
         let history_cap = gucs::history_size();
-        let (_, _, total) = offsets(nslots, history_cap);
+        let (.., total) = offsets(nslots, history_cap);
         let addin_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
         pg_sys::LWLockAcquire(addin_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
@@ -140,7 +147,13 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 ..LimitStatus::default()
             };
             let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
-            Gate::new(&mut (*p).header, slots).init(resolved.limit, crate::now_us());
+            let mut gate = Gate::new(&mut (*p).header, slots);
+            let now = crate::now_us();
+            gate.init(resolved.limit, now);
+            gate.set_limit(resolved.limit, resolved.ceiling, now, &mut |_| {});
+            let defs = gucs::classes();
+            let list: Vec<_> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
+            gate.set_classes(&list, now, &mut |_| {});
         }
         pg_sys::LWLockRelease(addin_lock);
         SHARED.store(p, Ordering::Release);
@@ -161,6 +174,23 @@ pub fn worker_procno() -> &'static AtomicI32 {
     // SAFETY: the segment lives as long as the process once created; this
     // borrows only the atomic field, never the fields the lock guards.
     unsafe { &*ptr::addr_of!((*shared_ptr()).worker_procno) }
+}
+
+/// When the holder in slot `i` began what it runs now: its admission, or
+/// the start of its current statement, whichever is later (microseconds).
+/// Read and written without the lock (see the locking protocol above).
+pub fn run_start(i: usize) -> &'static AtomicI64 {
+    let p = shared_ptr();
+    // SAFETY: the segment lives as long as the process once created; the
+    // run starts are an array of `nslots` atomics at their offset, zeroed at
+    // creation, and `nslots` is written once at startup. An index out of
+    // range panics before any pointer is formed.
+    unsafe {
+        let nslots = (*p).nslots as usize;
+        assert!(i < nslots, "slot {i} out of range");
+        let (.., runs_at, _) = offsets(nslots, (*p).history_cap as usize);
+        &*(p.cast::<u8>().add(runs_at) as *const AtomicI64).add(i)
+    }
 }
 
 /// Everything the lock guards, borrowed for the duration of the lock.
@@ -193,7 +223,7 @@ fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R)
         let _guard = LockGuard(lock);
         let nslots = (*p).nslots as usize;
         let cap = (*p).history_cap as usize;
-        let (slots_at, history_at, _) = offsets(nslots, cap);
+        let (slots_at, history_at, ..) = offsets(nslots, cap);
         let base = p.cast::<u8>();
         let slots = std::slice::from_raw_parts_mut(base.add(slots_at) as *mut Slot, nslots);
         let history = std::slice::from_raw_parts_mut(base.add(history_at) as *mut HistorySample, cap);

@@ -2,11 +2,13 @@
 //!
 //! - Applies the limit: on start, on every reload (SIGHUP) and every few
 //!   seconds (a cgroup quota can change underneath us).
-//! - While sessions are queued, samples the holders every
-//!   `sample_interval`: a holder waiting on its client (wait event class
-//!   Client, i.e. idle in transaction) is not running; anything else,
-//!   lock waits included, is. With the CPUs' idle fraction (/proc/stat),
-//!   the controller then moves the ticket count.
+//! - While sessions are queued (or holders are stalled), samples the
+//!   holders every `sample_interval`: a holder waiting on its client (wait
+//!   event class Client, i.e. idle in transaction) is not running; anything
+//!   else, lock waits included, is, unless it is stalled: its run has lasted
+//!   `stall_timeout`. Stalled holders give their place to the queue. With
+//!   the CPUs' idle fraction (/proc/stat), the controller then moves the
+//!   ticket count.
 //! - Breaks deadlocks between holders and parked sessions (`deadlock`).
 //! - Records a history sample every `history_interval`.
 //!
@@ -139,18 +141,18 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         }
         last_now = now;
         if now >= next_resolve_us {
-            apply_limit();
+            limit::apply();
             next_resolve_us = now + RESOLVE_EVERY_US;
         }
         // Samples are paced by the clock, not by wake-ups: a burst of
         // sessions parking at once must not become a burst of samples of
         // one instant (each could move the ticket count).
         let interval_us = gucs::sample_interval_ms() as i64 * 1000;
-        let queued = if now >= next_sample_us {
+        let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             sample_and_steer(now, cpu.idle(now), &mut demand)
         } else {
-            shmem::with_gate_shared(|l| l.gate.header().queued)
+            shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
         if queued > 0 && now >= next_deadlock_us && breaker.run(now) {
             next_deadlock_us = now + DEADLOCK_CHECK_EVERY_US;
@@ -158,30 +160,28 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         if now >= hist.next_at_us {
             record_history(&mut hist, now);
         }
-        let wake_at = if queued > 0 { next_sample_us } else { hist.next_at_us };
+        // Sample while anyone waits, and while holders are marked stalled,
+        // so that a stall ends as soon as its statement does.
+        let wake_at = if queued > 0 || stalled > 0 { next_sample_us } else { hist.next_at_us };
         let sleep_ms = ((wake_at - crate::now_us()) / 1000).clamp(1, gucs::history_interval_ms() as i64);
         if !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64))) {
             break; // SIGTERM or postmaster death
         }
     }
-    pgrx::log!("pg_gatekeeper worker exiting");
+    // Exit code 1 asks the postmaster to start the worker again after its
+    // restart interval: a worker ended by pg_terminate_backend() or any
+    // SIGTERM outside a shutdown must come back, or lending, stall relief
+    // and the deadlock breaker stop until the server restarts. At
+    // shutdown the postmaster restarts nobody, whatever the code.
+    pgrx::log!("pg_gatekeeper worker exiting; the postmaster starts it again unless the server is shutting down");
+    // SAFETY: proc_exit runs the exit callbacks (forget_worker) and ends the
+    // process, as a worker's return would, with the code we choose.
+    unsafe { pg_sys::proc_exit(1) };
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
     shmem::worker_procno().store(-1, Ordering::Relaxed);
-}
-
-/// Resolve the settings into a limit and apply it; raising it admits at once.
-fn apply_limit() {
-    let r = limit::resolve();
-    let now = crate::now_us();
-    shmem::with_gate_waking(|mut l, wake| {
-        l.status.effective_cpus = r.effective_cpus;
-        l.status.auto = r.auto;
-        l.status.ceiling = r.ceiling;
-        l.gate.set_limit(r.limit, r.ceiling, now, wake);
-    });
 }
 
 /// Whether the holder in PGPROC `procno` is waiting on its own client.
@@ -196,25 +196,47 @@ pub fn waits_on_client(procno: usize) -> bool {
     info & 0xFF00_0000 == pg_sys::PG_WAIT_CLIENT
 }
 
-/// Sample which holders are running and, while sessions wait, move the
-/// ticket count. Returns the number of queued sessions.
-fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWindow) -> u32 {
-    // Count under the shared lock: the scan covers every slot, and backends
+/// Sample which holders are running and which are stalled; mark stalls,
+/// and while sessions wait, move the ticket count. Returns the number of
+/// queued sessions and of stalled holders.
+///
+/// A holder is stalled when it uses the server (it does not wait on its
+/// client) and its run (its statement, or its admission if later) has
+/// lasted `stall_timeout`: a long statement, or a lock wait, which is part
+/// of one. A stalled holder that waits on its client again, or starts a
+/// new statement, is not stalled any more and counts again.
+fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWindow) -> (u32, u32) {
+    let stall_us = gucs::stall_timeout_us();
+    // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
-    let running = shmem::with_gate_shared(|l| {
-        let mut running = 0;
+    let mut changes: Vec<(usize, bool)> = vec![];
+    let busy = shmem::with_gate_shared(|l| {
+        let mut busy = 0u32;
         for (i, s) in l.gate.slots().iter().enumerate() {
-            if s.state == SlotState::Admitted && !waits_on_client(i) {
-                running += 1;
+            if s.state != SlotState::Admitted {
+                continue;
+            }
+            let uses_server = !waits_on_client(i);
+            let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
+            let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
+            busy += uses_server as u32;
+            if stalled != s.stalled {
+                changes.push((i, stalled));
             }
         }
-        running
+        busy
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     shmem::with_gate_waking(|mut l, wake| {
+        for &(i, stalled) in &changes {
+            // The slot may have released since we looked: then nothing changes.
+            l.gate.set_stalled(i, stalled, now, wake);
+        }
         let recent_demand = demand.observe(now, l.gate.take_demand_peak());
         let h = *l.gate.header();
-        let running = running.min(h.holders);
+        // Relieved stalled holders do not run as far as the gate is
+        // concerned: their places are given to others.
+        let running = busy.min(h.holders).saturating_sub(h.relieved());
         l.status.running = running;
         l.status.sampled_at_us = now;
         l.status.cpu_idle = cpu_idle;
@@ -229,7 +251,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWind
             limit: h.limit,
             ceiling: l.status.ceiling,
             tickets: h.tickets,
-            holders: h.holders,
+            holders: h.counted(),
             demand: recent_demand,
             running: if avg.is_finite() { avg } else { running as f64 },
             queued: h.queued,
@@ -239,7 +261,8 @@ fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWind
         if next != h.tickets {
             l.gate.set_tickets(next, now, wake);
         }
-        l.gate.header().queued
+        let h = l.gate.header();
+        (h.queued, h.stalled)
     })
 }
 
@@ -251,7 +274,7 @@ fn record_history(hist: &mut HistoryState, now: i64) {
             match s.state {
                 SlotState::Idle => idle += 1,
                 SlotState::Admitted if waits_on_client(i) => idle_in_xact += 1,
-                SlotState::Admitted => running += 1,
+                SlotState::Admitted if !s.stalled => running += 1,
                 _ => {}
             }
         }

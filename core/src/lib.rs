@@ -6,16 +6,20 @@
 //! calls them while holding its LWLock; nothing in this crate locks, sleeps,
 //! allocates on the hot path or knows about processes.
 //!
-//! - [`admission`]: the per-session slots, the FIFO queue, tickets and hand-off.
+//! - [`admission`]: the per-session slots, the per-class FIFO queues,
+//!   tickets, stalls and hand-off.
+//! - [`classes`]: parsing and checking the class definitions.
 //! - [`histogram`]: the fixed-bucket wait-time histogram and its percentiles.
-//! - [`controller`]: how the worker moves the ticket count (DESIGN §4).
+//! - [`controller`]: how the worker moves the ticket count.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
+#![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod classes;
 pub mod controller;
 pub mod cpus;
 pub mod histogram;
 pub mod history;
 
-pub use admission::{Abandon, Gate, GateHeader, Request, Slot, SlotState};
+pub use admission::{Abandon, Full, Gate, GateHeader, Request, Slot, SlotState};
