@@ -10,13 +10,14 @@
 //!   nothing of the memory it takes). A role a DBA trusts to watch the
 //!   server is the one that needs to look at a full gate.
 //! - **What**: a SELECT whose every range-table entry is
-//! one of pg_gatekeeper's own views or set-returning functions (objects in
-//! the `gatekeeper` schema) and that calls no volatile function and no
-//! user-defined function anywhere else: not in its target list, WHERE,
-//! JOIN ... ON, HAVING, LIMIT/OFFSET, window frame offsets, or the arguments
-//! of the functions it reads. A stable or immutable user-defined function
-//! can still do any amount of work, or run queries of its own, which would
-//! then need an admission in the middle of this statement.
+//!   one of pg_gatekeeper's own views or set-returning functions (objects in
+//!   the `gatekeeper` schema) and that calls no volatile function and no
+//!   user-defined function anywhere else: not in its target list, WHERE,
+//!   JOIN ... ON, HAVING, LIMIT/OFFSET, window frame offsets, or the arguments
+//!   of the functions it reads. A stable or immutable user-defined function
+//!   can still do any amount of work, or run queries of its own, which would
+//!   then need an admission in the middle of this statement.
+//!
 //! Such a query needs no admission, so that a DBA can always look at the
 //! gate, even when it is full. Anything else, `SELECT pg_sleep(10) FROM
 //! gatekeeper.status` included, is gated as usual.

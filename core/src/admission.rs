@@ -1179,11 +1179,11 @@ mod tests {
     fn reserves_never_take_the_last_unreserved_place() {
         let mut f = Fixture::new(4, 4);
         let c = define(&mut f, &[params(0, 3, 1), params(0, 3, 1)]);
-        let h = f.gate().header().clone();
+        let h = *f.gate().header();
         let sum = h.classes[c[0]].reserve_in_force + h.classes[c[1]].reserve_in_force;
         assert!(sum <= 3, "reserves in force {sum} under a limit of 4");
         f.gate().set_limit(20, 20, 0, &mut |_| {});
-        let h = f.gate().header().clone();
+        let h = *f.gate().header();
         assert_eq!((h.classes[c[0]].reserve_in_force, h.classes[c[1]].reserve_in_force), (3, 3));
         f.gate().check().unwrap();
     }
@@ -1220,9 +1220,9 @@ mod tests {
                         admitted[i / per_class] += 1;
                     }
                 }
-                for i in 0..n {
-                    if ends[i] == Some(now) {
-                        ends[i] = None;
+                for (i, end) in ends.iter_mut().enumerate() {
+                    if *end == Some(now) {
+                        *end = None;
                         let mut g = f.gate();
                         g.release(i, now, &mut |w| woken.push(w));
                         if g.request(i, class_of(i), now, 0) == Request::Admitted {
