@@ -30,7 +30,7 @@ if [ $failed -eq 0 ]; then
   # A separate target dir keeps these builds from thrashing cargo-pgrx's cache.
   # One test at a time: timings (lending, the deadlock breaker) need the CPUs.
   step "integration tests" env CARGO_TARGET_DIR=target/itest \
-    cargo test --test gate --test worker -- --test-threads=1
+    cargo test --test gate --test worker --test isolation --test errors -- --test-threads=1
   step "chaos and restart tests" env CARGO_TARGET_DIR=target/itest \
     cargo test --test chaos -- --test-threads=1
   step "benchmark smoke" bash bench/run.sh --smoke --no-build

@@ -35,6 +35,7 @@ pub extern "C-unwind" fn _PG_init() {
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         errors::not_preloaded();
     }
+    forget_rust_backtrace();
     gucs::init();
     shmem::init();
     hooks::init();
@@ -45,4 +46,18 @@ pub extern "C-unwind" fn _PG_init() {
 pub fn now_us() -> i64 {
     // SAFETY: GetCurrentTimestamp only reads the clock.
     unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+/// Clear RUST_BACKTRACE and RUST_LIB_BACKTRACE from the postmaster's
+/// environment before any backend forks. With either set, pgrx appends a
+/// Rust backtrace to the DETAIL of every error that passes through a
+/// guarded frame (ours or PostgreSQL's, superusers' too), and applications
+/// that read DETAIL would see it. The postmaster is single-threaded here,
+/// and no Rust code has captured a backtrace yet (the setting is read once).
+fn forget_rust_backtrace() {
+    for var in ["RUST_BACKTRACE", "RUST_LIB_BACKTRACE"] {
+        if std::env::var_os(var).is_some() {
+            std::env::remove_var(var);
+        }
+    }
 }

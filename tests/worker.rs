@@ -312,3 +312,49 @@ fn long_waits_are_logged_and_recorded_in_history() {
     });
     c.assert_quiet();
 }
+
+// -- 9. The worker comes back, and the gate stays safe while it is away ------------------
+
+fn worker_pid(c: &Cluster) -> Option<i32> {
+    let rows = c.admin_query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'", &[]);
+    rows.first().map(|r| r.get(0))
+}
+
+#[test]
+fn a_terminated_worker_comes_back_within_about_a_second() {
+    let c = Cluster::start(&[]);
+    wait_until("the worker runs", Duration::from_secs(5), || worker_pid(&c).is_some());
+    for round in 0..2 {
+        let old = worker_pid(&c).unwrap();
+        // The routine way to end every other session, as a DBA would.
+        c.admin_exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()");
+        let t0 = Instant::now();
+        wait_until("a new worker runs", Duration::from_secs(5), || worker_pid(&c).is_some_and(|p| p != old));
+        assert!(t0.elapsed() < Duration::from_millis(2500), "round {round}: back after {:?}", t0.elapsed());
+    }
+    // Its duties work again: a reload applies, and an idle holder lends.
+    c.set_conf(&[("pg_gatekeeper.max_active", "1")]);
+    let mut a = idle_in_transaction(&c, "A");
+    c.app("B").spawn("SELECT 1").join_ok(PROMPT);
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
+#[test]
+fn a_reload_applies_while_the_worker_is_away() {
+    let c = Cluster::start(LIMIT_ONE);
+    // Hold the worker back: stop it and let the postmaster restart it only
+    // after the reload has been applied by a backend.
+    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
+    let pid = worker_pid(&c).expect("the worker runs");
+    Cluster::kill(pid, "STOP");
+    c.admin_exec("SELECT pg_reload_conf()");
+    // A gated backend that reloaded applies the new limit at its next admission.
+    let mut s = c.app("probe");
+    wait_until("a backend applies max_active = 5", Duration::from_secs(5), || {
+        s.ok("SELECT 1");
+        c.status().max_active() == 5
+    });
+    Cluster::kill(pid, "CONT");
+    c.assert_quiet();
+}

@@ -249,13 +249,17 @@ fn set_key(p: &mut ClassParams, class: &str, key: &str, value: &str) -> Result<(
         }
         "queue_timeout" => match parse_duration_ms(value) {
             Some(ms) => p.queue_timeout_ms = ms as i64,
-            None => return err(format!(
+            None => {
+                return err(format!(
                 "class \"{class}\": invalid value \"{value}\" for queue_timeout (e.g. 500ms, 30s, 2min; 0 = forever)"
-            )),
+            ))
+            }
         },
-        _ => return err(format!(
+        _ => {
+            return err(format!(
             "class \"{class}\": unknown key \"{key}\" (known: max_active, reserve, weight, queue_timeout, max_queued)"
-        )),
+        ))
+        }
     }
     Ok(())
 }

@@ -34,8 +34,14 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 /// Run a command as the `postgres` OS user (initdb and postgres refuse root),
 /// with RUST_BACKTRACE unset (it would append backtraces to error messages).
 fn as_postgres(program: &str, args: &[&str]) -> std::process::Output {
+    as_postgres_env(program, args, &[])
+}
+
+/// Like [`as_postgres`], with these `NAME=value` settings in the environment.
+fn as_postgres_env(program: &str, args: &[&str], env: &[&str]) -> std::process::Output {
     let out = Command::new("runuser")
         .args(["-u", "postgres", "--", "env", "-u", "RUST_BACKTRACE"])
+        .args(env)
         .arg(format!("{BINDIR}/{program}"))
         .args(args)
         .output()
@@ -109,6 +115,13 @@ impl Cluster {
     /// initdb, configure, start, `CREATE EXTENSION pg_gatekeeper`, and create
     /// the gated role `app`. `extra_conf` lines go into postgresql.conf.
     pub fn start(extra_conf: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with(extra_conf, &[], true)
+    }
+
+    /// Like [`Cluster::start`], with `env` (`NAME=value`) in the server's
+    /// environment; without the library preloaded when `preload` is false
+    /// (and then without the extension).
+    pub fn start_with(extra_conf: &[(&str, &str)], env: &[&str], preload: bool) -> Cluster {
         let pid = std::process::id();
         let (dir, port) = loop {
             let n = COUNTER.fetch_add(1, Ordering::SeqCst);
@@ -133,7 +146,7 @@ impl Cluster {
 
         let mut conf = String::from("\n# pg_gatekeeper integration test\n");
         let mut line = |k: &str, v: &str| conf.push_str(&format!("{k} = '{v}'\n"));
-        line("shared_preload_libraries", "pg_gatekeeper");
+        line("shared_preload_libraries", if preload { "pg_gatekeeper" } else { "" });
         line("port", &port.to_string());
         line("unix_socket_directories", dir.to_str().unwrap());
         line("listen_addresses", "");
@@ -141,6 +154,9 @@ impl Cluster {
         line("shared_buffers", "16MB");
         line("fsync", "off");
         line("log_line_prefix", "%m [%p] %a ");
+        // Stall relief off unless a test asks for it: most tests hold places
+        // with long statements on purpose (later lines win).
+        line("pg_gatekeeper.stall_timeout", "0");
         for (k, v) in extra_conf {
             line(k, v);
         }
@@ -150,7 +166,8 @@ impl Cluster {
         fs::write(&conf_path, text).unwrap();
 
         let log = dir.join("log");
-        let out = as_postgres("pg_ctl", &["-D", data_s, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"]);
+        let out =
+            as_postgres_env("pg_ctl", &["-D", data_s, "-l", log.to_str().unwrap(), "-w", "-t", "30", "start"], env);
         if !out.status.success() {
             let tail = fs::read_to_string(&log).unwrap_or_default();
             panic!("pg_ctl start failed: {}\n{tail}", String::from_utf8_lossy(&out.stderr));
@@ -158,10 +175,10 @@ impl Cluster {
 
         let admin = connect_to(&dir, port, "postgres", "admin").expect("connect as postgres");
         let cluster = Cluster { dir, port, admin: Mutex::new(admin) };
-        cluster.admin_exec(
-            "CREATE EXTENSION pg_gatekeeper;
-             CREATE ROLE app LOGIN;",
-        );
+        if preload {
+            cluster.admin_exec("CREATE EXTENSION pg_gatekeeper");
+        }
+        cluster.admin_exec("CREATE ROLE app LOGIN");
         cluster
     }
 

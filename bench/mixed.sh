@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Mixed workload: OLTP (pgbench TPC-B) beside long reports, side by side.
+#
+#   bench/mixed.sh [--clients 64] [--reports 8] [--duration 40] [--rounds 3] [--out DIR]
+#
+# Configurations, interleaved in each round on one throw-away cluster:
+#   bare        PostgreSQL without the library
+#   pgbouncer   PgBouncer 1.18, transaction pool of 8, in front of bare PostgreSQL
+#   gate        pg_gatekeeper with its defaults (stall relief on)
+#   gate-nostall  pg_gatekeeper with stall relief off (pg_gatekeeper.stall_timeout = 0): before stall relief
+#   gate-class  pg_gatekeeper with the reports' role in a class capped at 2
+# Figures per run: OLTP tps and p99 latency (ms) from pgbench's per-transaction
+# log, and the number of reports completed. Writes DIR/results.csv and
+# DIR/summary.md (medians and min-max over the rounds).
+# Needs root (servers run as postgres) and a release build installed
+# (cargo pgrx install --release). PostgreSQL's bin directory: $PG_BIN.
+set -euo pipefail
+
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+clients=64 reports=8 duration=40 rounds=3 scale=10
+out=bench/results/mixed-$(date +%Y%m%d-%H%M)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --clients) clients=$2; shift ;;
+    --reports) reports=$2; shift ;;
+    --duration) duration=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --out) out=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+configs=${MIXED_CONFIGS:-bare pgbouncer gate gate-nostall gate-class}
+
+command -v pgbouncer >/dev/null || { apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d /tmp/pg_gatekeeper_mixed.XXXXXX)
+chown postgres: "$work"
+port=27700 bport=27701
+as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
+psql_su() { as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$port" -U postgres -d bench "$@"; }
+cleanup() {
+  as_pg "$PG_BIN/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
+  [ -f "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+as_pg "$PG_BIN/initdb" -D "$work/data" -A trust -U postgres --no-sync >/dev/null
+cat >> "$work/data/postgresql.conf" <<CONF
+port = $port
+unix_socket_directories = '$work'
+listen_addresses = ''
+max_connections = $((clients + reports + 40))
+shared_buffers = 512MB
+fsync = off
+synchronous_commit = off
+CONF
+cp "$work/data/postgresql.conf" "$work/base.conf"
+
+start() { # preload extra-conf-lines
+  cp "$work/base.conf" "$work/data/postgresql.conf"
+  printf "shared_preload_libraries = '%s'\n%s\n" "$1" "$2" >> "$work/data/postgresql.conf"
+  as_pg "$PG_BIN/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
+}
+stop() { as_pg "$PG_BIN/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null; }
+
+start "" ""
+as_pg "$PG_BIN/createdb" -h "$work" -p "$port" -U postgres bench
+as_pg "$PG_BIN/pgbench" -q -i -s "$scale" -h "$work" -p "$port" -U postgres bench >/dev/null 2>&1
+psql_su -c "CREATE ROLE oltp LOGIN; CREATE ROLE report LOGIN;
+  GRANT ALL ON ALL TABLES IN SCHEMA public TO oltp, report;
+  ALTER ROLE report SET pg_gatekeeper.class = 'reports';" 2>/dev/null || true
+stop
+
+cat > "$work/pgbouncer.ini" <<INI
+[databases]
+bench = host=$work port=$port dbname=bench
+[pgbouncer]
+listen_addr =
+listen_port = $bport
+unix_socket_dir = $work
+auth_type = trust
+auth_file = $work/users.txt
+pool_mode = transaction
+default_pool_size = 8
+max_client_conn = $((clients + reports + 20))
+logfile = $work/pgbouncer.log
+pidfile = $work/pgbouncer.pid
+INI
+printf '"oltp" ""\n"report" ""\n' > "$work/users.txt"
+chown postgres: "$work"/pgbouncer.ini "$work"/users.txt
+
+# The report: a self-join of pgbench_accounts (a few seconds at scale 10).
+REPORT="SELECT count(*) FROM pgbench_accounts a JOIN pgbench_accounts b ON a.aid = b.aid WHERE a.abalance <= b.abalance"
+
+one_run() { # config round
+  local cfg=$1 rnd=$2 cport=$port
+  case $cfg in
+    bare) start "" "" ;;
+    pgbouncer) start "" ""; as_pg pgbouncer -d "$work/pgbouncer.ini"; cport=$bport ;;
+    gate) start pg_gatekeeper "" ;;
+    gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
+    gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'" ;;
+  esac
+  sleep 1
+  local tag="$cfg-$rnd" done_file="$work/reports-$cfg-$rnd"
+  : > "$done_file"
+  local end=$((SECONDS + duration)) pids=()
+  for r in $(seq "$reports"); do
+    ( while [ $SECONDS -lt $end ]; do
+        as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$cport" -U report -d bench -c "$REPORT" >/dev/null 2>&1 && echo x >> "$done_file"
+      done ) &
+    pids+=($!)
+  done
+  (cd "$work" && as_pg "$PG_BIN/pgbench" -n -c "$clients" -j 2 -T "$duration" -h "$work" -p "$cport" -U oltp \
+      -l --log-prefix="$work/tx-$tag" bench > "$work/pgbench-$tag.out" 2>&1) || true
+  wait "${pids[@]}" 2>/dev/null || true
+  local tps p99 n
+  tps=$(grep -oP 'tps = \K[0-9.]+' "$work/pgbench-$tag.out" | head -1)
+  p99=$(cat "$work"/tx-"$tag".* 2>/dev/null | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int(NR*0.99)]/1000; else print "nan"}')
+  n=$(wc -l < "$done_file")
+  rm -f "$work"/tx-"$tag".*
+  echo "$cfg,$rnd,${tps:-0},$p99,$n" >> "$out/results.csv"
+  printf '%-13s round %s: %8s OLTP tps, p99 %8s ms, %3s reports\n' "$cfg" "$rnd" "${tps:-0}" "$p99" "$n"
+  [ "$cfg" = pgbouncer ] && kill "$(cat "$work/pgbouncer.pid")" && sleep 0.5
+  stop
+}
+
+echo "config,round,oltp_tps,oltp_p99_ms,reports" > "$out/results.csv"
+echo "mixed: $clients TPC-B clients + $reports report loops, ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs"
+for rnd in $(seq "$rounds"); do
+  for cfg in $configs; do one_run "$cfg" "$rnd"; done
+done
+
+python3 - "$out" "$clients" "$reports" "$duration" "$rounds" <<'PY'
+import csv, statistics, sys, os
+out, clients, reports, duration, rounds = sys.argv[1:]
+rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+cfgs = list(dict.fromkeys(r["config"] for r in rows))
+def col(c, k): return [float(r[k]) for r in rows if r["config"] == c]
+bare = statistics.median(col("bare", "oltp_tps")) if "bare" in cfgs else None
+lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops, {duration} s per run, "
+         f"medians of {rounds} round(s) (min-max). Command: `bench/mixed.sh --rounds {rounds} --duration {duration}`.", "",
+         "| configuration | OLTP tps | vs bare | OLTP p99 ms | reports done |", "|---|---|---|---|---|"]
+for c in cfgs:
+    t, p, n = col(c, "oltp_tps"), col(c, "oltp_p99_ms"), col(c, "reports")
+    m = statistics.median(t)
+    lines.append(f"| {c} | {m:.0f} ({min(t):.0f}-{max(t):.0f}) | {m / bare:.2f}x | {statistics.median(p):.1f} | "
+                 f"{statistics.median(n):.0f} ({min(n):.0f}-{max(n):.0f}) |" if bare else f"| {c} | {m:.0f} | | | |")
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
