@@ -86,6 +86,9 @@ pub fn resolve() -> Resolved {
 /// Resolve the settings now in force and apply the limit, the ticket
 /// ceiling and the classes; what they newly let in is admitted at once.
 pub fn apply() {
+    // SAFETY: PgReloadTime is this process's own copy of when its
+    // configuration was last loaded; these are the settings applied here.
+    shmem::applied_reload().fetch_max(unsafe { pg_sys::PgReloadTime }, std::sync::atomic::Ordering::Relaxed);
     let r = resolve();
     let defs = gucs::classes();
     let list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();

@@ -42,8 +42,9 @@ struct Local {
     /// to our run start, so that each statement writes it once.
     last_statement: Cell<i64>,
     /// The limit settings' generation (`gucs::limit_generation`) this
-    /// process last applied, or found in force when it attached.
-    applied_limit: Cell<u64>,
+    /// process last applied or found in force; `None` before its first
+    /// admission.
+    applied_limit: Cell<Option<u64>>,
 }
 
 thread_local! {
@@ -58,7 +59,7 @@ thread_local! {
             deferred: Cell::new(None),
             chain_at: Cell::new(None),
             last_statement: Cell::new(0),
-            applied_limit: Cell::new(0),
+            applied_limit: Cell::new(None),
         }
     };
 }
@@ -106,10 +107,18 @@ pub fn note_statement() {
 }
 
 /// Apply the limit and the classes if this process reloaded a change to
-/// them since it last looked (see `limit::apply`).
+/// them since it last looked, or, at its first admission, if its settings
+/// come from a reload that nobody has applied yet (a reload while the
+/// worker was away, before this backend started). See `limit::apply`.
 pub fn apply_reloaded_limit() {
     let generation = gucs::limit_generation();
-    if LOCAL.with(|l| l.applied_limit.replace(generation)) != generation {
+    let stale = match LOCAL.with(|l| l.applied_limit.replace(Some(generation))) {
+        Some(g) => g != generation,
+        // SAFETY: PgReloadTime is this process's own copy of when its
+        // configuration was last loaded.
+        None => (unsafe { pg_sys::PgReloadTime }) > shmem::applied_reload().load(Ordering::Relaxed),
+    };
+    if stale {
         crate::limit::apply();
     }
 }
@@ -205,8 +214,6 @@ pub fn ensure_attached() -> usize {
     LOCAL.with(|l| {
         l.slot.set(i);
         l.attached.set(true);
-        // The settings this process started with are in force already.
-        l.applied_limit.set(gucs::limit_generation());
     });
     // SAFETY: registering a plain extern "C" callback; it runs at backend exit
     // before shared memory is detached, on FATAL and normal exits alike.

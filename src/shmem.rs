@@ -18,7 +18,8 @@
 //! - `nslots`, `history_cap` and `lock` are written once, by the postmaster
 //!   at startup, and read without the lock afterwards.
 //! - `worker_procno` is an atomic so that a parking backend can wake the
-//!   worker without the lock.
+//!   worker without the lock; `applied_reload` is an atomic read at every
+//!   admission without the lock.
 //! - The run starts are atomics written by their own backend without the
 //!   lock, at admission and at each statement it starts while admitted, and
 //!   read by the worker, which decides stalls from them (a stale read only
@@ -46,6 +47,9 @@ pub struct Shared {
     history_cap: u32,
     /// PGPROC number of the worker, -1 while it is not running.
     worker_procno: AtomicI32,
+    /// The latest configuration load (PgReloadTime) whose limit and classes
+    /// some process has applied.
+    applied_reload: AtomicI64,
     header: GateHeader,
     status: LimitStatus,
     ring: Ring,
@@ -191,6 +195,13 @@ pub fn run_start(i: usize) -> &'static AtomicI64 {
         let (.., runs_at, _) = offsets(nslots, (*p).history_cap as usize);
         &*(p.cast::<u8>().add(runs_at) as *const AtomicI64).add(i)
     }
+}
+
+/// The latest configuration load whose settings were applied (see
+/// `session::apply_reloaded_limit`); used without the lock.
+pub fn applied_reload() -> &'static AtomicI64 {
+    // SAFETY: as for worker_procno: an atomic field of the live segment.
+    unsafe { &*ptr::addr_of!((*shared_ptr()).applied_reload) }
 }
 
 /// Everything the lock guards, borrowed for the duration of the lock.
