@@ -1,4 +1,5 @@
-//! The admission points (DESIGN §3), installed from one `init()`.
+//! The admission points (docs/DESIGN.md, "Admission points"), installed
+//! from one `init()`.
 //!
 //! - Explicit blocks: `BEGIN` / `START TRANSACTION` run first, then park.
 //! - Implicit transactions: the first of post_parse_analyze, planner,
@@ -6,36 +7,31 @@
 //!   ExecutorStart and ProcessUtility are needed because with prepared
 //!   statements they are the only hooks that fire on each execution.
 //! - Statements that neither touch relations nor need a snapshot pass
-//!   (see [`Utility::classify`]), and so do queries that only read
-//!   pg_gatekeeper's own views and functions (see `monitor`).
+//!   (see [`Utility::classify`]), and so do plain reads of pg_gatekeeper's
+//!   own views by members of pg_monitor (see `monitor`).
 //! - Nested statements run under their top-level statement's admission: an
 //!   admitted session is never parked again in the same transaction.
 //!
-//! Each hook chains to the previous one through `pg_guard_ffi_boundary`,
-//! or to the standard implementation.
+//! The hook entry points themselves are in C (`hooks_shim.c`): they call
+//! the functions here for the decision, then chain to the previous hook or
+//! the standard implementation, so that errors raised there reach the
+//! client with all their fields (see that file).
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::{gate, gucs, monitor, session};
 
-static mut PREV_POST_PARSE_ANALYZE: pg_sys::post_parse_analyze_hook_type = None;
-static mut PREV_PLANNER: pg_sys::planner_hook_type = None;
-static mut PREV_EXECUTOR_START: pg_sys::ExecutorStart_hook_type = None;
-static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+unsafe extern "C-unwind" {
+    /// Saves the previous hooks and installs the C entry points.
+    fn gk_install_hooks();
+}
 
 pub fn init() {
-    // SAFETY: _PG_init runs single-threaded before any hook can fire; we save
-    // each previous hook and chain to it.
+    // SAFETY: _PG_init runs single-threaded before any hook can fire; the
+    // shim saves each previous hook and chains to it.
     unsafe {
-        PREV_POST_PARSE_ANALYZE = pg_sys::post_parse_analyze_hook;
-        pg_sys::post_parse_analyze_hook = Some(post_parse_analyze);
-        PREV_PLANNER = pg_sys::planner_hook;
-        pg_sys::planner_hook = Some(planner);
-        PREV_EXECUTOR_START = pg_sys::ExecutorStart_hook;
-        pg_sys::ExecutorStart_hook = Some(executor_start);
-        PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
-        pg_sys::ProcessUtility_hook = Some(process_utility);
+        gk_install_hooks();
         pg_sys::RegisterXactCallback(Some(gate::xact_callback), std::ptr::null_mut());
     }
 }
@@ -55,17 +51,12 @@ fn needs_admission() -> bool {
     true
 }
 
+/// After parse analysis (the previous hook has run).
 #[pg_guard]
-unsafe extern "C-unwind" fn post_parse_analyze(
-    pstate: *mut pg_sys::ParseState,
-    query: *mut pg_sys::Query,
-    jstate: *mut pg_sys::JumbleState,
-) {
-    // SAFETY: PostgreSQL passes a valid analysed Query; we chain unchanged.
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_after_parse_analyze(query: *mut pg_sys::Query) {
+    // SAFETY: PostgreSQL passes a valid analysed Query.
     unsafe {
-        if let Some(prev) = PREV_POST_PARSE_ANALYZE {
-            pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev(pstate, query, jstate));
-        }
         // Utility statements are decided in ProcessUtility, which also runs
         // for prepared and extended-protocol executions.
         if needs_admission()
@@ -77,41 +68,30 @@ unsafe extern "C-unwind" fn post_parse_analyze(
     }
 }
 
+/// Before planning.
 #[pg_guard]
-unsafe extern "C-unwind" fn planner(
-    parse: *mut pg_sys::Query,
-    query_string: *const std::ffi::c_char,
-    cursor_options: i32,
-    bound_params: pg_sys::ParamListInfo,
-) -> *mut pg_sys::PlannedStmt {
-    // SAFETY: PostgreSQL passes a valid Query; we chain unchanged.
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) {
+    // SAFETY: PostgreSQL passes a valid Query.
     unsafe {
         if needs_admission() && !monitor::is_monitoring_query(parse) {
             gate::admit(gate::Point::Statement);
         }
-        match PREV_PLANNER {
-            Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
-                prev(parse, query_string, cursor_options, bound_params)
-            }),
-            None => pg_sys::standard_planner(parse, query_string, cursor_options, bound_params),
-        }
     }
 }
 
+/// Before the executor starts (every execution, prepared ones included).
 #[pg_guard]
-unsafe extern "C-unwind" fn executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) {
-    // SAFETY: PostgreSQL passes a valid QueryDesc; we chain unchanged.
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) {
+    // SAFETY: PostgreSQL passes a valid QueryDesc.
     unsafe {
         let explain_only = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0;
         if needs_admission() && !explain_only && !monitor::is_monitoring_plan((*query_desc).plannedstmt) {
             gate::admit(gate::Point::Statement);
         }
-        session::note_statement();
-        match PREV_EXECUTOR_START {
-            Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev(query_desc, eflags)),
-            None => pg_sys::standard_ExecutorStart(query_desc, eflags),
-        }
     }
+    session::note_statement();
 }
 
 /// How a utility statement is admitted.
@@ -166,66 +146,74 @@ impl Utility {
     }
 }
 
+/// What the utility shim does after the statement ran: the values
+/// `gk_before_utility` returns to C and gets back.
+mod after {
+    /// Nothing.
+    pub const NOTHING: i32 = 0;
+    /// BEGIN ran: take the admission now.
+    pub const BEGIN: i32 = 1;
+    /// COMMIT AND CHAIN ran.
+    pub const CHAIN_COMMIT: i32 = 2;
+    /// ROLLBACK AND CHAIN ran.
+    pub const CHAIN_ROLLBACK: i32 = 3;
+    /// A gated utility statement ran under its admission: leave its scope.
+    pub const GATED: i32 = 4;
+}
+
+/// Before a utility statement: admit it if it is gated, and say what to do
+/// once it has run.
 #[pg_guard]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query_string: *const std::ffi::c_char,
-    read_only_tree: bool,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    query_env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility
-    // statement; we chain with the arguments unchanged.
-    unsafe {
-        let run = || match PREV_PROCESS_UTILITY {
-            Some(prev) => pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| {
-                prev(pstmt, query_string, read_only_tree, context, params, query_env, dest, qc)
-            }),
-            None => pg_sys::standard_ProcessUtility(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        };
-        if !session::is_client_backend() {
-            return run();
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -> i32 {
+    if !session::is_client_backend() {
+        return after::NOTHING;
+    }
+    session::note_statement();
+    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility statement.
+    match unsafe { Utility::classify((*pstmt).utilityStmt) } {
+        Utility::Free => after::NOTHING,
+        Utility::Begin => after::BEGIN,
+        Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT) => after::CHAIN_COMMIT,
+        Utility::Chain(_) => after::CHAIN_ROLLBACK,
+        Utility::Gated => {
+            if needs_admission() {
+                gate::admit(gate::Point::Statement);
+            }
+            session::enter_utility();
+            after::GATED
         }
-        session::note_statement();
-        match Utility::classify((*pstmt).utilityStmt) {
-            Utility::Free => run(),
-            Utility::Chain(event) => {
-                run();
-                // It ran, so the block ends at the next transaction event
-                // and the chained one starts (an error before then means no
-                // chain: the mark is then cleared without effect). In an
-                // aborted block the admission is already gone, and the
-                // chained block is admitted at its first gated statement.
-                if session::admitted() {
-                    session::chain_at(event);
-                }
-            }
-            Utility::Begin => {
-                run();
-                if needs_admission() {
-                    gate::admit(gate::Point::Begin);
-                }
-            }
-            Utility::Gated => {
-                if needs_admission() {
-                    gate::admit(gate::Point::Statement);
-                }
-                let _scope = session::UtilityScope::enter();
-                run();
-            }
+    }
+}
+
+/// After a utility statement ran to completion.
+#[pg_guard]
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
+    match action {
+        after::BEGIN if needs_admission() => gate::admit(gate::Point::Begin),
+        // It ran, so the block ends at the next transaction event and the
+        // chained one starts (an error before then means no chain: the mark
+        // is then cleared without effect). In an aborted block the
+        // admission is already gone, and the chained block is admitted at
+        // its first gated statement.
+        after::CHAIN_COMMIT | after::CHAIN_ROLLBACK if session::admitted() => {
+            session::chain_at(if action == after::CHAIN_COMMIT {
+                pg_sys::XactEvent::XACT_EVENT_COMMIT
+            } else {
+                pg_sys::XactEvent::XACT_EVENT_ABORT
+            });
         }
+        after::GATED => session::exit_utility(),
+        _ => {}
+    }
+}
+
+/// A utility statement raised an error (it is on its way to the client).
+#[pg_guard]
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_utility_failed(action: i32) {
+    if action == after::GATED {
+        session::exit_utility();
     }
 }

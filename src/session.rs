@@ -175,30 +175,25 @@ pub fn utility_depth() -> u32 {
     LOCAL.with(|l| l.utility_depth.get())
 }
 
-/// Marks a gated utility statement in progress; undone on drop (unwinding too).
-pub struct UtilityScope(());
-
-impl UtilityScope {
-    pub fn enter() -> Self {
-        LOCAL.with(|l| l.utility_depth.set(l.utility_depth.get() + 1));
-        UtilityScope(())
-    }
+/// A gated utility statement starts: commits inside it (VACUUM, procedures
+/// with COMMIT) keep the admission until [`exit_utility`].
+pub fn enter_utility() {
+    LOCAL.with(|l| l.utility_depth.set(l.utility_depth.get() + 1));
 }
 
-impl Drop for UtilityScope {
-    fn drop(&mut self) {
-        let depth = LOCAL.with(|l| {
-            let d = l.utility_depth.get().saturating_sub(1);
-            l.utility_depth.set(d);
-            d
-        });
-        // An error between two internal transactions of a multi-transaction
-        // command leaves no transaction to abort, so no transaction callback
-        // will release for us: do it here.
-        // SAFETY: IsTransactionState only reads backend-local state.
-        if depth == 0 && !unsafe { pg_sys::IsTransactionState() } {
-            crate::gate::end_transaction();
-        }
+/// A gated utility statement ended, normally or by an error.
+pub fn exit_utility() {
+    let depth = LOCAL.with(|l| {
+        let d = l.utility_depth.get().saturating_sub(1);
+        l.utility_depth.set(d);
+        d
+    });
+    // An error between two internal transactions of a multi-transaction
+    // command leaves no transaction to abort, so no transaction callback
+    // will release for us: do it here.
+    // SAFETY: IsTransactionState only reads backend-local state.
+    if depth == 0 && !unsafe { pg_sys::IsTransactionState() } {
+        crate::gate::end_transaction();
     }
 }
 

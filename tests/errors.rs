@@ -1,7 +1,9 @@
 //! The error fields a client sees are PostgreSQL's own, whatever the
 //! server's environment: with RUST_BACKTRACE set for the postmaster, an
-//! error that passes through the extension's hooks must carry the same
-//! SQLSTATE, message, DETAIL and HINT as on a server without the library.
+//! error raised under the extension's hooks must carry every field it
+//! carries on a server without the library: SQLSTATE, message, DETAIL,
+//! HINT, CONTEXT, position, and the schema, table, column, data type and
+//! constraint names.
 
 mod common;
 
@@ -35,7 +37,9 @@ fn fields(c: &Cluster, user: &str) -> Vec<(String, String, Option<String>, Optio
 fn setup(c: &Cluster) {
     c.admin_exec(
         "CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u VALUES (1); GRANT ALL ON u TO app;
-         CREATE PROCEDURE ins() LANGUAGE sql AS $$ INSERT INTO u VALUES (1) $$;",
+         CREATE PROCEDURE ins() LANGUAGE sql AS $$ INSERT INTO u VALUES (1) $$;
+         CREATE FUNCTION f_err() RETURNS int LANGUAGE plpgsql AS $$
+           BEGIN RAISE EXCEPTION USING MESSAGE = 'in f', ERRCODE = '22012', COLUMN = 'c', TABLE = 't'; END $$;",
     );
 }
 

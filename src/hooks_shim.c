@@ -1,0 +1,108 @@
+/*
+ * The hook entry points, in C, so that an error raised by the code they
+ * chain to (the standard planner, executor start, utility processing, or
+ * another extension's hook) travels to PostgreSQL's own error handling
+ * through C frames only, with every field it carries: DETAIL, HINT,
+ * CONTEXT, the position, the schema, table, column and constraint names.
+ * Were it to cross a Rust frame, pgrx would catch it and raise a copy with
+ * only the SQLSTATE, message, DETAIL and HINT (and a Rust backtrace in the
+ * DETAIL when RUST_BACKTRACE is set).
+ *
+ * Each entry point calls the Rust side (src/hooks.rs, guarded: an error it
+ * raises is its own, complete) for the admission decision, then chains.
+ */
+#include "postgres.h"
+
+#include "executor/executor.h"
+#include "nodes/params.h"
+#include "optimizer/planner.h"
+#include "parser/analyze.h"
+#include "tcop/utility.h"
+
+/* The Rust side. */
+extern void gk_after_parse_analyze(Query *query);
+extern void gk_before_planner(Query *parse);
+extern void gk_before_executor_start(QueryDesc *queryDesc, int eflags);
+extern int gk_before_utility(PlannedStmt *pstmt);
+extern void gk_after_utility(int action);
+extern void gk_utility_failed(int action);
+
+static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
+static planner_hook_type prev_planner = NULL;
+static ExecutorStart_hook_type prev_executor_start = NULL;
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+static void
+gk_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+{
+	if (prev_post_parse_analyze)
+		prev_post_parse_analyze(pstate, query, jstate);
+	gk_after_parse_analyze(query);
+}
+
+static PlannedStmt *
+gk_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
+{
+	gk_before_planner(parse);
+	if (prev_planner)
+		return prev_planner(parse, query_string, cursor_options, bound_params);
+	return standard_planner(parse, query_string, cursor_options, bound_params);
+}
+
+#if PG_VERSION_NUM >= 180000
+static bool
+gk_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	gk_before_executor_start(queryDesc, eflags);
+	if (prev_executor_start)
+		return prev_executor_start(queryDesc, eflags);
+	return standard_ExecutorStart(queryDesc, eflags);
+}
+#else
+static void
+gk_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	gk_before_executor_start(queryDesc, eflags);
+	if (prev_executor_start)
+		prev_executor_start(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
+}
+#endif
+
+static void
+gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+				   ProcessUtilityContext context, ParamListInfo params,
+				   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	int			action = gk_before_utility(pstmt);
+
+	PG_TRY();
+	{
+		if (prev_process_utility)
+			prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		gk_utility_failed(action);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	gk_after_utility(action);
+}
+
+/* Install the hooks, keeping the previous ones to chain to. */
+void
+gk_install_hooks(void)
+{
+	prev_post_parse_analyze = post_parse_analyze_hook;
+	post_parse_analyze_hook = gk_post_parse_analyze;
+	prev_planner = planner_hook;
+	planner_hook = gk_planner;
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = gk_executor_start;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = gk_process_utility;
+}
