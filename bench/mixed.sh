@@ -9,6 +9,8 @@
 #   gate        pg_gatekeeper with its defaults (stall relief on)
 #   gate-nostall  pg_gatekeeper with stall relief off (pg_gatekeeper.stall_timeout = 0): before stall relief
 #   gate-class  pg_gatekeeper with the reports' role in a class capped at 2
+#   gate-stall-T  pg_gatekeeper with pg_gatekeeper.stall_timeout = T (e.g. gate-stall-100ms), for choosing the default
+# MIXED_CONFIGS="..." picks and orders the configurations.
 # Figures per run: OLTP tps and p99 latency (ms) from pgbench's per-transaction
 # log, and the number of reports completed. Writes DIR/results.csv and
 # DIR/summary.md (medians and min-max over the rounds).
@@ -102,6 +104,7 @@ one_run() { # config round
     pgbouncer) start "" ""; as_pg pgbouncer -d "$work/pgbouncer.ini"; cport=$bport ;;
     gate) start pg_gatekeeper "" ;;
     gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
+    gate-stall-*) start pg_gatekeeper "pg_gatekeeper.stall_timeout = '${cfg#gate-stall-}'" ;;
     gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'" ;;
   esac
   sleep 1

@@ -304,7 +304,7 @@ pub fn release() {
 /// decided for it. Called at transaction end, and when a multi-transaction
 /// command fails between its internal transactions (no callback fires then).
 pub fn end_transaction() {
-    session::end_transaction();
+    session::forget_transaction();
     release();
 }
 
@@ -321,7 +321,7 @@ pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _a
                 // COMMIT/ROLLBACK AND CHAIN: the next transaction starts at
                 // once, with no statement in between where it could be
                 // admitted; it keeps this one's admission.
-                session::end_transaction();
+                session::forget_transaction();
             } else {
                 end_transaction();
             }

@@ -204,7 +204,7 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
                 pg_sys::XactEvent::XACT_EVENT_ABORT
             });
         }
-        after::GATED => session::exit_utility(),
+        after::GATED => leave_utility(),
         _ => {}
     }
 }
@@ -214,6 +214,14 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_utility_failed(action: i32) {
     if action == after::GATED {
-        session::exit_utility();
+        leave_utility();
+    }
+}
+
+/// Leave a gated utility statement's scope, ending the transaction's
+/// admission if the statement left no transaction behind.
+fn leave_utility() {
+    if session::exit_utility() {
+        gate::end_transaction();
     }
 }

@@ -134,9 +134,10 @@ pub fn pass_this_transaction() {
     LOCAL.with(|l| l.passed.set(true));
 }
 
-/// The transaction ended: forget what was decided for it (the caller
-/// releases any admission; see `gate::end_transaction`).
-pub fn end_transaction() {
+/// The transaction ended: forget what was decided for it (this touches
+/// only this backend's flags; the caller releases any admission, see
+/// `gate::end_transaction`).
+pub fn forget_transaction() {
     LOCAL.with(|l| {
         l.passed.set(false);
         // A failed BEGIN followed directly by COMMIT or ROLLBACK: nothing in
@@ -181,20 +182,19 @@ pub fn enter_utility() {
     LOCAL.with(|l| l.utility_depth.set(l.utility_depth.get() + 1));
 }
 
-/// A gated utility statement ended, normally or by an error.
-pub fn exit_utility() {
+/// A gated utility statement ended, normally or by an error. Returns true
+/// when the caller must end the transaction itself: an error between two
+/// internal transactions of a multi-transaction command leaves no
+/// transaction to abort, so no transaction callback will release for us.
+#[must_use]
+pub fn exit_utility() -> bool {
     let depth = LOCAL.with(|l| {
         let d = l.utility_depth.get().saturating_sub(1);
         l.utility_depth.set(d);
         d
     });
-    // An error between two internal transactions of a multi-transaction
-    // command leaves no transaction to abort, so no transaction callback
-    // will release for us: do it here.
     // SAFETY: IsTransactionState only reads backend-local state.
-    if depth == 0 && !unsafe { pg_sys::IsTransactionState() } {
-        crate::gate::end_transaction();
-    }
+    depth == 0 && !unsafe { pg_sys::IsTransactionState() }
 }
 
 /// Attach our slot on first use and register the exit callback.

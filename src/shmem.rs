@@ -242,9 +242,23 @@ fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R)
     }
 }
 
-/// Run `f` with the lock held exclusively.
+/// Run `f` with the lock held exclusively. In debug builds (the tests'),
+/// every change is followed by the core's full invariant check.
 pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
-    with_lock(pg_sys::LWLockMode::LW_EXCLUSIVE, f)
+    with_lock(pg_sys::LWLockMode::LW_EXCLUSIVE, |l| {
+        #[cfg(debug_assertions)]
+        let (h, s) = (l.gate.header() as *const _, l.gate.slots() as *const [gatekeeper_core::Slot]);
+        let r = f(l);
+        #[cfg(debug_assertions)]
+        {
+            // SAFETY: the lock is still held; these are the header and the
+            // slots the closure was lent, read only.
+            let (h, s) = unsafe { (&*h, &*s) };
+            let check = Gate::new(&mut { *h }, &mut s.to_vec()).check();
+            assert!(check.is_ok(), "pg_gatekeeper: gate invariant broken: {check:?}");
+        }
+        r
+    })
 }
 
 /// Like [`with_gate`], for changes that may admit waiters: `f` gets the
