@@ -243,7 +243,8 @@ fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R)
 }
 
 /// Run `f` with the lock held exclusively. In debug builds (the tests'),
-/// every change is followed by the core's full invariant check.
+/// every change is followed by the core's full invariant check, and a
+/// failure is a PANIC (a crash restart that every test notices).
 pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
     with_lock(pg_sys::LWLockMode::LW_EXCLUSIVE, |l| {
         #[cfg(debug_assertions)]
@@ -254,8 +255,15 @@ pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
             // SAFETY: the lock is still held; these are the header and the
             // slots the closure was lent, read only.
             let (h, s) = unsafe { (&*h, &*s) };
-            let check = Gate::new(&mut { *h }, &mut s.to_vec()).check();
-            assert!(check.is_ok(), "pg_gatekeeper: gate invariant broken: {check:?}");
+            if let Err(e) = Gate::new(&mut { *h }, &mut s.to_vec()).check() {
+                // A broken invariant is a bug: stop everything, loudly, rather
+                // than go on from a state that may strand sessions.
+                pgrx::ereport!(
+                    pgrx::PgLogLevel::PANIC,
+                    pgrx::PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                    format!("pg_gatekeeper: gate invariant broken: {e}")
+                );
+            }
         }
         r
     })

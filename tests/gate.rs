@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_stays_queued, sqlstate, Cluster, Running, Session};
+use common::{assert_stays_queued, sqlstate, wait_until, Cluster, Running, Session};
 
 /// One place, and idle holders never lend it.
 const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
@@ -427,5 +427,37 @@ fn ten_sessions_never_run_more_than_two_sleeps_at_once() {
     assert_eq!(max_sleeping, 2, "the limit was never reached: the test proves nothing");
     assert!(saw_queue, "nobody was ever queued");
     assert_eq!(c.status().int("admitted_total"), 10 * ROUNDS as i64);
+    c.assert_quiet();
+}
+
+// -- 11. The runbook: the gate steps aside for the whole cluster at once ------------------
+
+#[test]
+fn the_runbook_makes_the_gate_step_aside_at_once() {
+    let c = Cluster::start(ONE_TICKET);
+    let mut h = holder(&c);
+    let parked: Vec<Running> = (0..3).map(|k| c.app(&format!("p{k}")).spawn("SELECT 1")).collect();
+    wait_until("three sessions are parked", Duration::from_secs(5), || c.status().queued() == 3);
+    // The README's runbook, as written there.
+    c.admin_exec(
+        "ALTER SYSTEM SET pg_gatekeeper.enabled = off;
+         ALTER SYSTEM SET pg_gatekeeper.max_active = 262143;
+         ALTER SYSTEM SET pg_gatekeeper.max_tickets = 0;
+         SELECT pg_reload_conf();",
+    );
+    for p in parked {
+        p.join_ok(PROMPT);
+    }
+    assert_eq!(c.status().queued(), 0);
+    // New transactions skip the gate: a fresh session runs while the holder
+    // still holds its place, and takes no admission.
+    let mut n = c.app("new");
+    wait_until("a new session's transaction takes no admission", Duration::from_secs(5), || {
+        n.ok("BEGIN; SELECT 1");
+        let admitted = c.status().admitted();
+        n.ok("COMMIT");
+        admitted == 1
+    });
+    h.ok("COMMIT");
     c.assert_quiet();
 }

@@ -391,10 +391,15 @@ impl<'a> Gate<'a> {
             self.count_rejection(c);
             return Request::Rejected { queued: self.h.queued, full: Full::Gate };
         }
+        // Callers read the clock before they take the lock, so a later
+        // arrival may bring an earlier time: never start before the tail,
+        // so that each queue stays in arrival order by its wait starts.
+        let tail = self.h.classes[c].tail;
+        let start = if tail == NIL { now_us } else { now_us.max(self.slots[tail as usize].wait_start_us) };
         self.push_tail(i);
         let s = &mut self.slots[i];
         s.state = SlotState::Queued;
-        s.wait_start_us = now_us;
+        s.wait_start_us = start;
         s.times_parked += 1;
         Request::Queued { position: self.h.classes[c].queued }
     }
@@ -606,14 +611,17 @@ impl<'a> Gate<'a> {
         if stalled != h.stalled || count(&|s| s.stalled && s.state != SlotState::Admitted) != 0 {
             return Err(format!("stalled {} but {} stalled slots, or a stalled slot not admitted", h.stalled, stalled));
         }
+        // One pass: admitted, queued and stalled slots per class.
+        let mut per_class = [(0u32, 0u32, 0u32); MAX_CLASSES];
+        for s in self.slots.iter() {
+            let e = &mut per_class[s.class as usize % MAX_CLASSES];
+            e.0 += (s.state == SlotState::Admitted) as u32;
+            e.1 += (s.state == SlotState::Queued) as u32;
+            e.2 += s.stalled as u32;
+        }
         let mut sum_queued = 0;
         for (k, c) in h.classes.iter().enumerate() {
-            let of = |s: &Slot| s.class as usize == k;
-            let (a, q, st) = (
-                count(&|s| of(s) && s.state == SlotState::Admitted),
-                count(&|s| of(s) && s.state == SlotState::Queued),
-                count(&|s| of(s) && s.stalled),
-            );
+            let (a, q, st) = per_class[k];
             if (a, q, st) != (c.admitted, c.queued, c.stalled) {
                 return Err(format!(
                     "class {k}: counts {}/{}/{} but slots {a}/{q}/{st} (admitted/queued/stalled)",
