@@ -439,12 +439,14 @@ fn the_runbook_makes_the_gate_step_aside_at_once() {
     let parked: Vec<Running> = (0..3).map(|k| c.app(&format!("p{k}")).spawn("SELECT 1")).collect();
     wait_until("three sessions are parked", Duration::from_secs(5), || c.status().queued() == 3);
     // The README's runbook, as written there.
-    c.admin_exec(
-        "ALTER SYSTEM SET pg_gatekeeper.enabled = off;
-         ALTER SYSTEM SET pg_gatekeeper.max_active = 262143;
-         ALTER SYSTEM SET pg_gatekeeper.max_tickets = 0;
-         SELECT pg_reload_conf();",
-    );
+    for sql in [
+        "ALTER SYSTEM SET pg_gatekeeper.enabled = off",
+        "ALTER SYSTEM SET pg_gatekeeper.max_active = 262143",
+        "ALTER SYSTEM SET pg_gatekeeper.max_tickets = 0",
+        "SELECT pg_reload_conf()",
+    ] {
+        c.admin_exec(sql);
+    }
     for p in parked {
         p.join_ok(PROMPT);
     }
