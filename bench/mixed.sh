@@ -155,3 +155,4 @@ for c in cfgs:
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
+python3 "$(dirname "$0")/plot_mixed.py" "$out" || echo "no chart (matplotlib missing?)"

@@ -1,0 +1,39 @@
+"""Chart of a mixed-workload run (bench/mixed.sh): OLTP tps per configuration
+(median with min-max) and reports completed. Usage: plot_mixed.py DIR"""
+import csv
+import os
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+out = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+cfgs = list(dict.fromkeys(r["config"] for r in rows))
+
+
+def col(c, k):
+    return [float(r[k]) for r in rows if r["config"] == c]
+
+
+tps = [col(c, "oltp_tps") for c in cfgs]
+rep = [col(c, "reports") for c in cfgs]
+med = [statistics.median(t) for t in tps]
+err = [[m - min(t) for m, t in zip(med, tps)], [max(t) - m for m, t in zip(med, tps)]]
+fig, ax = plt.subplots(figsize=(9, 4.2))
+x = range(len(cfgs))
+ax.bar(x, med, yerr=err, capsize=4, color=["#888" if c == "bare" else "#4a7" if c.startswith("gate") else "#a74" for c in cfgs])
+ax.set_xticks(list(x), cfgs, rotation=20, ha="right")
+ax.set_ylabel("OLTP tps (median, min-max)")
+ax2 = ax.twinx()
+ax2.plot(list(x), [statistics.median(r) for r in rep], "ko", label="reports completed (median)")
+ax2.set_ylabel("reports completed")
+ax2.set_ylim(0, max(max(r) for r in rep) * 1.3)
+ax2.legend(loc="upper right")
+ax.set_title("64 TPC-B clients beside 8 long reports, 2 CPUs")
+fig.tight_layout()
+fig.savefig(os.path.join(out, "mixed.png"), dpi=110)
+print(os.path.join(out, "mixed.png"))
