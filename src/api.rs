@@ -94,7 +94,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
             if proc_.is_null() {
                 continue;
             }
-            let procno = (*proc_).pgprocno as usize;
+            let procno = crate::procs::number(proc_);
             let slot = snap.slots.get(procno).copied().filter(|s| s.pid == be.st_procpid);
             let in_xact = matches!(
                 be.st_state,
@@ -110,7 +110,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 _ => "idle",
             };
             let admitted = slot.filter(|s| s.state == SlotState::Admitted);
-            let counts_as_running = admitted.map(|s| !s.stalled && !crate::worker::waits_on_client(procno));
+            let counts_as_running = admitted.map(|s| !s.stalled && !crate::procs::waits_on_client(procno));
             // The class of the current or last request; none for a session
             // that never asked (or is exempt).
             let class = slot
@@ -313,7 +313,7 @@ fn classes() -> TableIterator<
     let snap = snapshot();
     let mut running = [0i32; MAX_CLASSES];
     for (i, s) in snap.slots.iter().enumerate() {
-        if s.state == SlotState::Admitted && !s.stalled && !crate::worker::waits_on_client(i) {
+        if s.state == SlotState::Admitted && !s.stalled && !crate::procs::waits_on_client(i) {
             running[s.class as usize] += 1;
         }
     }

@@ -21,33 +21,13 @@ use std::collections::{HashMap, HashSet};
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 
-use crate::shmem;
+use crate::{procs, shmem};
 
 unsafe extern "C-unwind" {
     /// The built-in behind SQL `pg_blocking_pids(int)` (utils/adt/lockfuncs.c),
     /// declared here as the raw PGFunction that DirectFunctionCall expects.
     #[link_name = "pg_blocking_pids"]
     fn pg_blocking_pids_fn(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum;
-}
-
-/// PIDs of backends whose wait event is a heavyweight lock.
-fn lock_waiters() -> Vec<i32> {
-    let mut out = vec![];
-    // SAFETY: ProcGlobal->allProcs has allProcCount entries; pid and
-    // wait_event_info are single words read without a lock, as
-    // pg_stat_activity does. A stale read only costs one extra lookup.
-    unsafe {
-        let g = &*pg_sys::ProcGlobal;
-        for i in 0..g.allProcCount as usize {
-            let p = g.allProcs.add(i);
-            let info = std::ptr::read_volatile(&raw const (*p).wait_event_info);
-            let pid = std::ptr::read_volatile(&raw const (*p).pid);
-            if pid != 0 && info & 0xFF00_0000 == pg_sys::PG_WAIT_LOCK {
-                out.push(pid);
-            }
-        }
-    }
-    out
 }
 
 /// The PIDs that block `pid`, as `pg_blocking_pids()` reports them.
@@ -91,7 +71,7 @@ impl Breaker {
     /// Look for lock waiters blocked by parked sessions and admit those
     /// sessions. Returns whether there was anything to examine.
     pub fn run(&mut self, now: i64) -> bool {
-        let waiting: HashSet<i32> = lock_waiters().into_iter().collect();
+        let waiting: HashSet<i32> = procs::lock_waiters().into_iter().collect();
         let persistent: Vec<i32> = waiting.intersection(&self.seen).copied().collect();
         self.seen = waiting;
         if self.seen.is_empty() {

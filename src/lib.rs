@@ -7,7 +7,8 @@
 //! - [`session`]: this backend's slot, exemption, exit cleanup.
 //! - [`gate`]: taking, waiting for and releasing admissions.
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
-//! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties.
+//! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties;
+//!   [`procs`]: reading other backends' PGPROC entries.
 //! - [`api`]: views and functions; [`errors`]: every error we raise.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -22,6 +23,7 @@ mod hooks;
 mod limit;
 mod monitor;
 mod park;
+mod procs;
 mod session;
 mod shmem;
 mod worker;

@@ -202,9 +202,11 @@ pub fn ensure_attached() -> usize {
     if let Some(i) = LOCAL.with(|l| l.attached.get().then(|| l.slot.get())) {
         return i;
     }
-    // SAFETY: MyProc is valid in a client backend; pgprocno < MaxBackends for
-    // regular backends, the size of the slot array.
-    let (i, pid) = unsafe { ((*pg_sys::MyProc).pgprocno as usize, pg_sys::MyProcPid) };
+    // The PGPROC number is below MaxBackends for regular backends, the size
+    // of the slot array.
+    let i = crate::procs::my_number();
+    // SAFETY: MyProcPid is set at process start.
+    let pid = unsafe { pg_sys::MyProcPid };
     shmem::with_gate(|mut l| l.gate.attach(i, pid, false));
     LOCAL.with(|l| {
         l.slot.set(i);

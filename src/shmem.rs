@@ -323,12 +323,7 @@ pub fn release_if_held() {
 
 /// Set the latch of the process with this PGPROC number.
 pub fn wake(procno: usize) {
-    // SAFETY: ProcGlobal->allProcs has an entry for every PGPROC number, and
-    // SetLatch on another process's latch is the supported way to wake it.
-    unsafe {
-        let proc_ = (*pg_sys::ProcGlobal).allProcs.add(procno);
-        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
-    }
+    crate::procs::set_latch(procno);
 }
 
 /// Wake the worker, if it runs (a session just joined the queue).

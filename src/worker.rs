@@ -28,7 +28,7 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTi
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{deadlock, gucs, limit, shmem};
+use crate::{deadlock, gucs, limit, procs, shmem};
 
 /// How often the limit is re-resolved without a reload (cgroup changes).
 const RESOLVE_EVERY_US: i64 = 10_000_000;
@@ -87,8 +87,7 @@ struct HistoryState {
 pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi(None, None);
-    // SAFETY: MyProc is valid in a background worker with shared memory access.
-    let procno = unsafe { (*pg_sys::MyProc).pgprocno };
+    let procno = procs::my_number() as i32;
     shmem::worker_procno().store(procno, Ordering::Relaxed);
     // SAFETY: registering a plain callback; it runs at any exit (an ERROR or
     // FATAL included), so that backends stop setting the latch of a PGPROC
@@ -184,18 +183,6 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
     shmem::worker_procno().store(-1, Ordering::Relaxed);
 }
 
-/// Whether the holder in PGPROC `procno` is waiting on its own client.
-pub fn waits_on_client(procno: usize) -> bool {
-    // SAFETY: allProcs has an entry for every PGPROC number; wait_event_info
-    // is a single word that its owner updates and others read without a
-    // lock, exactly as pg_stat_activity does.
-    let info = unsafe {
-        let p = (*pg_sys::ProcGlobal).allProcs.add(procno);
-        std::ptr::read_volatile(&raw const (*p).wait_event_info)
-    };
-    info & 0xFF00_0000 == pg_sys::PG_WAIT_CLIENT
-}
-
 /// Sample which holders are running and which are stalled; mark stalls,
 /// and while sessions wait, move the ticket count. Returns the number of
 /// queued sessions and of stalled holders.
@@ -216,7 +203,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWind
             if s.state != SlotState::Admitted {
                 continue;
             }
-            let uses_server = !waits_on_client(i);
+            let uses_server = !procs::waits_on_client(i);
             let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
             let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
             busy += uses_server as u32;
@@ -273,7 +260,7 @@ fn record_history(hist: &mut HistoryState, now: i64) {
         for (i, s) in l.gate.slots().iter().enumerate() {
             match s.state {
                 SlotState::Idle => idle += 1,
-                SlotState::Admitted if waits_on_client(i) => idle_in_xact += 1,
+                SlotState::Admitted if procs::waits_on_client(i) => idle_in_xact += 1,
                 SlotState::Admitted if !s.stalled => running += 1,
                 _ => {}
             }
