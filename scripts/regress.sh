@@ -2,13 +2,17 @@
 # Run the pg_regress suites (sql/, expected/) against temporary instances:
 # the main schedule with pg_gatekeeper preloaded, and a second instance
 # without it, for the not-preloaded errors. The extension must be installed.
-# Usage: bash scripts/regress.sh [test ...]
+# Usage: bash scripts/regress.sh [--pg NN] [test ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=/usr/lib/postgresql/15/bin
-PG_REGRESS=/usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress
-PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility classes)
+if [ "${1:-}" = --pg ]; then
+  PG_MAJOR=$2
+  shift 2
+fi
+source scripts/pg_env.sh
+BIN=$PG_BINDIR
+PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility classes upgrade)
 NOT_PRELOADED=(not_preloaded)
 [ $# -gt 0 ] && PRELOADED=("$@") && NOT_PRELOADED=()
 

@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Run every test of pg_gatekeeper: unit tests of the admission core,
-# pg_regress suites, concurrent integration tests, and a smoke run of the
-# benchmark. Installs what is missing first. Run as root from anywhere:
-#   bash scripts/test.sh
+# Run every test of pg_gatekeeper, on every supported PostgreSQL version by
+# default: style checks and unit tests of the admission core once, then for
+# each version: build and install, pg_regress (upgrade path included),
+# concurrent integration tests, chaos and restart tests; the pg_upgrade test
+# (15 to 18) and a smoke run of the benchmark (15) once. Installs what is
+# missing first. Run as root from anywhere:
+#   bash scripts/test.sh            # every version
+#   bash scripts/test.sh --pg 17    # one version
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pg_env.sh
 
-BIN=/usr/lib/postgresql/15/bin
+majors=("${PG_MAJORS[@]}")
+while [ $# -gt 0 ]; do
+  case $1 in
+    --pg) majors=("$2"); shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (use --pg NN)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
 unset RUST_BACKTRACE
 passed=0 failed=0 summary=()
 
@@ -18,22 +32,39 @@ step() { # name command...
     passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
   else
     failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s)")
+    return 1
   fi
 }
 
-bash scripts/deps.sh || { echo "dependency installation failed"; exit 1; }
+bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
 
+step "rustfmt" cargo fmt --all --check
+step "clippy (warnings denied)" cargo clippy --all-targets -- -D warnings
 step "core unit tests" cargo test -p gatekeeper_core
-step "build and install (debug)" cargo pgrx install --pg-config "$BIN/pg_config"
-if [ $failed -eq 0 ]; then
-  step "pg_regress" bash scripts/regress.sh
-  # A separate target dir keeps these builds from thrashing cargo-pgrx's cache.
-  # One test at a time: timings (lending, the deadlock breaker) need the CPUs.
-  step "integration tests" env CARGO_TARGET_DIR=target/itest \
-    cargo test --test gate --test worker --test isolation --test errors -- --test-threads=1
-  step "chaos and restart tests" env CARGO_TARGET_DIR=target/itest \
-    cargo test --test chaos -- --test-threads=1
-  step "benchmark smoke" bash bench/run.sh --smoke --no-build
+
+# The integration tests talk to the installed extension over connections;
+# they are built once. A separate target dir keeps these builds from
+# thrashing cargo-pgrx's cache. One test at a time: timings (lending, the
+# deadlock breaker, stall relief) need the CPUs.
+itest() { env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test "$@" -- --test-threads=1; }
+
+for m in "${majors[@]}"; do
+  PG_MAJOR=$m source scripts/pg_env.sh
+  if step "PostgreSQL $m: build and install (debug)" bash scripts/install.sh "$m"; then
+    step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
+    step "PostgreSQL $m: integration tests" \
+      itest --test gate --test worker --test isolation --test errors
+    step "PostgreSQL $m: chaos and restart tests" itest --test chaos
+  fi
+done
+
+if [[ " ${majors[*]} " == *" 15 "* && " ${majors[*]} " == *" 18 "* ]]; then
+  step "pg_upgrade 15 to 18 with the extension" bash scripts/upgrade_test.sh 15 18
+fi
+if [[ " ${majors[*]} " == *" 15 "* ]]; then
+  PG_MAJOR=15 source scripts/pg_env.sh
+  bash scripts/install.sh 15 >/dev/null 2>&1
+  step "benchmark smoke (PostgreSQL 15)" bash bench/run.sh --smoke --no-build
 fi
 
 printf '\n==== summary\n'

@@ -82,7 +82,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
         let read_all = pg_sys::has_privs_of_role(reader, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS));
         let n = pg_sys::pgstat_fetch_stat_numbackends();
         for k in 1..=n {
-            let entry = pg_sys::pgstat_fetch_stat_local_beentry(k);
+            let entry = crate::compat::local_beentry(k);
             if entry.is_null() {
                 continue;
             }

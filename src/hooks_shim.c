@@ -49,16 +49,6 @@ gk_planner(Query *parse, const char *query_string, int cursor_options, ParamList
 	return standard_planner(parse, query_string, cursor_options, bound_params);
 }
 
-#if PG_VERSION_NUM >= 180000
-static bool
-gk_executor_start(QueryDesc *queryDesc, int eflags)
-{
-	gk_before_executor_start(queryDesc, eflags);
-	if (prev_executor_start)
-		return prev_executor_start(queryDesc, eflags);
-	return standard_ExecutorStart(queryDesc, eflags);
-}
-#else
 static void
 gk_executor_start(QueryDesc *queryDesc, int eflags)
 {
@@ -68,7 +58,6 @@ gk_executor_start(QueryDesc *queryDesc, int eflags)
 	else
 		standard_ExecutorStart(queryDesc, eflags);
 }
-#endif
 
 static void
 gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,

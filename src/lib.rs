@@ -9,12 +9,14 @@
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
 //! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties;
 //!   [`procs`]: reading other backends' PGPROC entries.
+//! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
 //! - [`api`]: views and functions; [`errors`]: every error we raise.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use pgrx::prelude::*;
 
 mod api;
+mod compat;
 mod deadlock;
 mod errors;
 mod gate;
@@ -32,6 +34,14 @@ pgrx::pg_module_magic!();
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // pg_upgrade loads every library that the old cluster's functions use,
+    // in a server started for the binary upgrade, to check that it loads:
+    // do nothing there (no error for not being preloaded, no hooks, no
+    // shared memory, no worker), as pg_cron does.
+    // SAFETY: a plain global, set at process start.
+    if unsafe { pg_sys::IsBinaryUpgrade } {
+        return;
+    }
     // SAFETY: a plain global set by the postmaster while it loads
     // shared_preload_libraries.
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {

@@ -24,7 +24,11 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 use serde_json::Value;
 
-const BINDIR: &str = "/usr/lib/postgresql/15/bin";
+/// PostgreSQL's bin directory: `PG_BINDIR` (scripts/pg_env.sh sets it for
+/// the version under test), or Debian's PostgreSQL 15.
+fn bindir() -> String {
+    std::env::var("PG_BINDIR").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".to_string())
+}
 
 /// Polling period of [`wait_until`].
 const POLL: Duration = Duration::from_millis(20);
@@ -42,7 +46,7 @@ fn as_postgres_env(program: &str, args: &[&str], env: &[&str]) -> std::process::
     let out = Command::new("runuser")
         .args(["-u", "postgres", "--", "env", "-u", "RUST_BACKTRACE"])
         .args(env)
-        .arg(format!("{BINDIR}/{program}"))
+        .arg(format!("{}/{program}", bindir()))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));

@@ -1,0 +1,45 @@
+-- The upgrade path: install the first release, update step by step to the
+-- current one, and compare every object of the extension with a fresh
+-- install (as pg_stat_statements' oldextversions test does). Views are not
+-- read before the update: their functions are the current library's.
+
+-- Every member of the extension, with its definition, privileges and comment.
+CREATE FUNCTION regress.gatekeeper_objects() RETURNS TABLE (object text, definition text)
+LANGUAGE sql AS $$
+  SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
+         CASE d.classid
+           WHEN 'pg_class'::regclass THEN
+             (SELECT coalesce(pg_get_viewdef(c.oid), '') || ' acl=' || coalesce(c.relacl::text, '')
+                     || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+                FROM pg_class c WHERE c.oid = d.objid)
+           WHEN 'pg_proc'::regclass THEN
+             (SELECT pg_get_functiondef(p.oid) || ' acl=' || coalesce(p.proacl::text, '')
+                FROM pg_proc p WHERE p.oid = d.objid)
+           WHEN 'pg_namespace'::regclass THEN
+             (SELECT ' acl=' || coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.oid = d.objid)
+           ELSE ''
+         END
+    FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+   WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'pg_gatekeeper'
+$$;
+
+SELECT name, version FROM pg_available_extension_versions WHERE name = 'pg_gatekeeper' ORDER BY version;
+CREATE TEMP TABLE fresh AS SELECT * FROM regress.gatekeeper_objects();
+SELECT count(*) > 0 AS has_objects FROM fresh;
+
+DROP EXTENSION pg_gatekeeper;
+CREATE EXTENSION pg_gatekeeper VERSION '0.1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+SELECT viewname FROM pg_views WHERE schemaname = 'gatekeeper' ORDER BY viewname;
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+
+-- Nothing missing, nothing extra, nothing different.
+SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
+SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
+
+-- And it works.
+SELECT max_active > 0 AS has_limit, stalled >= 0 AS has_stalled FROM gatekeeper.status;
+SELECT class FROM gatekeeper.classes;
+SELECT count(*) >= 1 AS has_sessions FROM gatekeeper.sessions WHERE class IS NULL OR class = 'default';
+DROP FUNCTION regress.gatekeeper_objects();

@@ -1,0 +1,37 @@
+//! Differences between the PostgreSQL versions pg_gatekeeper supports (15,
+//! 16, 17, 18), in one place, as pg_wait_sampling's compat.h does. Each was
+//! checked against that version's headers (the pgrx bindings and the
+//! server's include directory):
+//!
+//! - The local pgstat backend array is read by `pgstat_fetch_stat_local_beentry`
+//!   in 15, renamed `pgstat_get_local_beentry_by_index` from 16: [`local_beentry`].
+//! - `PGPROC.pgprocno` is gone from 17 (ProcNumber): `procs::number` derives
+//!   the number from the entry's index in `ProcGlobal->allProcs` on every
+//!   version instead (PostgreSQL's GetNumberFromPGProc).
+//! - The hooks keep their signatures from 15 to 18 (`ExecutorStart_hook`
+//!   returned bool in 18's betas only; 18.0 reverted it). The C entry points
+//!   in `hooks_shim.c` are compiled against each version's own headers, so a
+//!   future change there fails the build rather than the server.
+//! - Everything else the extension uses (shmem_request_hook, LWLock
+//!   tranches, latches, wait events, background workers, GUC hooks) is the
+//!   same in the four versions.
+
+use pgrx::pg_sys;
+
+/// The `k`-th (1-based) entry of this transaction's snapshot of the backend
+/// status array, or NULL.
+///
+/// # Safety
+/// Inside a transaction, with `k` from 1 to `pgstat_fetch_stat_numbackends()`.
+pub unsafe fn local_beentry(k: i32) -> *mut pg_sys::LocalPgBackendStatus {
+    // SAFETY: forwarded from the caller.
+    #[cfg(feature = "pg15")]
+    unsafe {
+        pg_sys::pgstat_fetch_stat_local_beentry(k)
+    }
+    // SAFETY: forwarded from the caller.
+    #[cfg(not(feature = "pg15"))]
+    unsafe {
+        pg_sys::pgstat_get_local_beentry_by_index(k)
+    }
+}
