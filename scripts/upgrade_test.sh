@@ -27,7 +27,6 @@ keep=1
 
 conf() { # datadir
   cat >> "$1/postgresql.conf" <<CONF
-shared_preload_libraries = 'pg_gatekeeper'
 port = $port
 unix_socket_directories = '$work'
 listen_addresses = ''
@@ -36,11 +35,16 @@ CONF
 }
 psql_new() { as_pg "$NEW_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$work" -p "$port" "$@"; }
 
+# The new cluster is upgraded before the library is preloaded there, as a
+# DBA often does: pg_upgrade then loads the library into a server that did
+# not preload it, to check it loads (the library must not fail there).
 for d in old new; do
   bin=$([ $d = old ] && echo "$OLD_BIN" || echo "$NEW_BIN")
-  as_pg "$bin/initdb" -D "$work/$d" -A trust -U postgres --no-sync >/dev/null
+  # Checksums on both sides: PostgreSQL 18 enables them by default.
+  as_pg "$bin/initdb" -D "$work/$d" -A trust -U postgres --no-sync --data-checksums >/dev/null
   conf "$work/$d"
 done
+echo "shared_preload_libraries = 'pg_gatekeeper'" >> "$work/old/postgresql.conf"
 
 as_pg "$OLD_BIN/pg_ctl" -D "$work/old" -l "$work/old.log" -w start >/dev/null
 as_pg "$OLD_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres -d postgres \
@@ -55,6 +59,7 @@ as_pg "$NEW_BIN/pg_upgrade" -b "$OLD_BIN" -B "$NEW_BIN" -d "$work/old" -D "$work
   -p "$port" -P "$port" -U postgres --socketdir="$work" >"$work/pg_upgrade.out" 2>&1 || {
   cat "$work/pg_upgrade.out"; exit 1; }
 
+echo "shared_preload_libraries = 'pg_gatekeeper'" >> "$work/new/postgresql.conf"
 as_pg "$NEW_BIN/pg_ctl" -D "$work/new" -l "$work/new.log" -w start >/dev/null
 fail() { echo "FAIL: $*"; tail -20 "$work/new.log"; exit 1; }
 got=$(psql_new -U postgres -d postgres -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper'")
