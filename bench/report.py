@@ -4,7 +4,7 @@
 Reads RESULTS_DIR/results.csv (and meta.json when present) and writes
 RESULTS_DIR/summary.md: machine and command, then per workload the median and
 min-max over rounds of tps, average latency and p99 latency for every
-configuration and client count, the ratios that the performance bar in issue 4
+configuration and client count, the ratios that the performance bar
 speaks of, the bar itself (each line met or missed, from the medians of
 this run, for the configuration named `gatekeeper`), and the overhead
 measurement when the run has one.
@@ -247,7 +247,7 @@ def workload_section(w, rows):
 
 
 def bar_section(rows, gk="gatekeeper"):
-    """Issue 4's performance bar, judged from this run's medians. Lines whose
+    """The performance bar, judged from this run's medians. Lines whose
     workload or client count the run lacks are left out."""
     ok = [r for r in rows if r["status"] == "ok"]
 
@@ -316,7 +316,7 @@ def bar_section(rows, gk="gatekeeper"):
             [("", ratio(med("select", 8, gk), med("select", 8, "bare")))], 0.97)
     if not lines:
         return []
-    out = ["### Against the bar (issue 4), from this run's medians", "",
+    out = ["### Against the bar, from this run's medians", "",
            "| bar | %s in this run | met |" % gk, "|---|---|---|"]
     return out + lines + [""]
 

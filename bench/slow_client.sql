@@ -1,4 +1,4 @@
--- Slow-client workload (issue 4, workload c): an application about a
+-- Slow-client workload: an application about a
 -- millisecond of network and processing away from the server. Two reads and
 -- one write of random pgbench_accounts rows, no hot rows (no branch or
 -- teller updates), so it measures CPU use rather than row-lock queues.

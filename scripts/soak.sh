@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak test of pg_gatekeeper (issue 5, item 3); not part of CI.
+# Soak test of pg_gatekeeper; not part of CI.
 #
 # Starts a throw-away cluster with pg_gatekeeper preloaded, runs pgbench
 # (TPC-B, scale 10) with 1000 connections of a non-superuser role through the

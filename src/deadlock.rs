@@ -1,4 +1,4 @@
-//! The deadlock breaker (DESIGN §5).
+//! The deadlock breaker (docs/DESIGN.md §6).
 //!
 //! A parked session can hold heavyweight locks: relation locks taken by
 //! parse analysis before it parked, or session-level advisory locks. If a

@@ -18,7 +18,7 @@
 //! "BEGIN failed, back to idle" (AbortCurrentTransaction, TBLOCK_BEGIN),
 //! whereas an error in the next statement aborts the block, so that
 //! statements the client already sent fail instead of running outside the
-//! transaction it asked for (DESIGN §3).
+//! transaction it asked for (docs/DESIGN.md §4).
 //!
 //! How the sleep itself notices a lost client is in `park`.
 

@@ -1,4 +1,4 @@
-//! The admission points (docs/DESIGN.md, "Admission points"), installed
+//! The admission points (docs/DESIGN.md §4), installed
 //! from one `init()`.
 //!
 //! - Explicit blocks: `BEGIN` / `START TRANSACTION` run first, then park.

@@ -1,6 +1,6 @@
 //! pg_gatekeeper: in-server admission control for PostgreSQL.
 //!
-//! Module map (DESIGN §9): the pure admission core is the `gatekeeper_core`
+//! Module map (docs/DESIGN.md §2): the pure admission core is the `gatekeeper_core`
 //! crate; this crate is the glue and the SQL surface.
 //! - [`gucs`]: every setting.
 //! - [`shmem`]: the shared segment and its lock.

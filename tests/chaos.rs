@@ -1569,7 +1569,7 @@ fn drop_and_create_extension_while_sessions_are_parked() {
 // ---------------------------------------------------------------------------
 // Findings.
 
-/// DESIGN §3: park between transactions, never inside one; and the core's
+/// Park between transactions, never inside one (docs/DESIGN.md §4); and the core's
 /// `Gate::set_exempt`: a change of exemption "only takes effect between
 /// transactions". A transaction that began while its role was exempt holds
 /// no admission; if a reload makes the role gated before it ends, its next

@@ -1,4 +1,4 @@
-//! Admission through the gate (DESIGN §3, §5, §6), with real sessions.
+//! Admission through the gate (docs/DESIGN.md §4, §5), with real sessions.
 //!
 //! Most tests run with one ticket and lending switched off
 //! (`max_active = 1`, `max_tickets = 1`): a holder that opened a transaction
@@ -397,7 +397,7 @@ fn ten_sessions_never_run_more_than_two_sleeps_at_once() {
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2")]);
     const ROUNDS: usize = 3;
     // Each statement is its own round trip, so every holder is briefly idle
-    // in transaction between BEGIN and its sleep (the trap of DESIGN §4).
+    // in transaction between BEGIN and its sleep (lending must not admit it).
     let running: Vec<_> = (0..10)
         .map(|i| {
             c.app(&format!("s{i}")).spawn_with(|client| {

@@ -1,4 +1,4 @@
-//! The background worker's duties (DESIGN §4, §5): lending the places of
+//! The background worker's duties (docs/DESIGN.md §6): lending the places of
 //! idle holders, counting lock waiters as running, breaking deadlocks with
 //! parked sessions, applying reloads, and surviving a crash restart; plus
 //! the lost-client check of parked sessions.

@@ -1,7 +1,7 @@
 //! The admission state machine: one [`Slot`] per backend, one FIFO queue
 //! per class threaded through the slots, tickets, stalls and classes.
 //!
-//! Rules (docs/DESIGN.md, "Admission"):
+//! Rules (docs/DESIGN.md §5):
 //! - A transaction needs admission. It is admitted at once when a place is
 //!   free, its class is below its cap, and **nobody of its class is queued**
 //!   (no barging); otherwise it joins the tail of its class's queue, unless

@@ -1,4 +1,4 @@
-//! How the worker moves the ticket count (DESIGN §4).
+//! How the worker moves the ticket count (docs/DESIGN.md §6).
 //!
 //! `limit` is the target number of *running* holders: admitted transactions
 //! that use the server (running a statement, or blocked on a lock or I/O).

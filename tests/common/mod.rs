@@ -331,7 +331,7 @@ impl Cluster {
         last.unwrap()
     }
 
-    /// The invariant at a quiet moment (DESIGN §5): nothing admitted, nothing
+    /// The invariant at a quiet moment (docs/DESIGN.md §8): nothing admitted, nothing
     /// queued, no session in a state that implies either, and no client
     /// backend parked on the Extension wait event.
     pub fn assert_quiet(&self) {
