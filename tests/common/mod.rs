@@ -37,7 +37,7 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Run a command as the `postgres` OS user (initdb and postgres refuse root),
 /// with RUST_BACKTRACE unset (it would append backtraces to error messages).
-fn as_postgres(program: &str, args: &[&str]) -> std::process::Output {
+pub fn as_postgres(program: &str, args: &[&str]) -> std::process::Output {
     as_postgres_env(program, args, &[])
 }
 
@@ -457,7 +457,7 @@ impl Drop for Cluster {
     }
 }
 
-fn connect_to(dir: &Path, port: u16, user: &str, name: &str) -> Result<Client, postgres::Error> {
+pub fn connect_to(dir: &Path, port: u16, user: &str, name: &str) -> Result<Client, postgres::Error> {
     postgres::Config::new()
         .host_path(dir)
         .port(port)
