@@ -1,0 +1,340 @@
+"""One pgbench run against one configuration (bare, a PgBouncer pool or a
+gatekeeper variant): start what it needs, run pgbench, measure, judge, and
+write its CSV row."""
+
+import csv
+import datetime as dt
+import glob
+import os
+import resource
+import signal
+import subprocess
+import time
+
+from bouncer import Bouncer
+from cluster import Cluster
+from pgbench import WORKLOADS, parse_pgbench, read_logs
+from util import clean_env, log, percentile, proc_cpu_ns
+
+CSV_FIELDS = [
+    "started_at", "workload", "config", "family", "pool_size", "clients", "round",
+    "duration_s", "protocol", "status", "error",
+    "tps", "avg_latency_ms", "p50_latency_ms", "p99_latency_ms", "max_latency_ms",
+    "warmup_s", "window_s", "window_xacts", "tps_whole_run", "avg_latency_whole_run_ms", "tps_by_5s",
+    "xacts", "failed_xacts", "logged_xacts", "conn_time_ms", "wall_s",
+    "worker_cpu_ms", "worker_cpu_pct", "pgbouncer_cpu_ms", "pgbouncer_cpu_pct",
+    "client_cpu_ms", "client_cpu_pct", "client_cpu_us_per_xact",
+    "gk_max_active", "gk_ticket_ceiling", "gk_tickets_end", "gk_tickets_avg", "gk_tickets_max",
+    "gk_running_avg", "gk_queued_avg", "gk_queued_max", "gk_admitted", "gk_waited",
+    "gk_overflow", "gk_timeouts", "gk_wait_p99_ms", "gk_settings",
+    "backend_cpu_us_per_xact", "cpu_window_xacts",
+]
+
+
+
+class Runner:
+    def __init__(self, args):
+        self.a = args
+        self.cluster = Cluster(args)
+        self.bouncer = None
+        self.pgbench = None
+        self.rows = []
+        self.failures = []
+        self.csv_path = os.path.join(args.out, "results.csv")
+        self.ncpu = len(os.sched_getaffinity(0))
+        self.run_seq = 0
+        self.sample_note = ""
+
+    # -- cleanup ------------------------------------------------------------
+    def cleanup(self):
+        if self.pgbench is not None and self.pgbench.poll() is None:
+            self.pgbench.kill()
+            self.pgbench.wait()
+        if self.bouncer is not None:
+            self.bouncer.stop()
+            self.bouncer = None
+        try:
+            self.cluster.stop()
+        except Exception as e:  # noqa: BLE001 - best effort at exit
+            log("cleanup: %s" % e)
+        self.cluster.stop_stale()
+        self.cluster.huge_pages.release()
+
+    # -- configurations -------------------------------------------------------
+    def configs(self):
+        fams = set(self.a.configs)
+        out = []
+        if "bare" in fams:
+            out.append({"name": "bare", "family": "bare", "pool": None, "gk": None})
+        if "pgbouncer" in fams:
+            for p in self.pools():
+                out.append({"name": "pgbouncer-%d" % p, "family": "pgbouncer", "pool": p, "gk": None})
+        if "gatekeeper" in fams:
+            for name, gk in self.a.gk_variants:
+                out.append({"name": name, "family": "gatekeeper", "pool": None, "gk": gk})
+        return out
+
+    def pools(self):
+        seen = []
+        for p in self.a.pools:
+            v = 2 * self.ncpu if p == "2xcpu" else int(p)
+            if v not in seen:
+                seen.append(v)
+        return seen
+
+    # -- one pgbench run ----------------------------------------------------------
+    def extra_warmup(self, clients):
+        """Seconds of warm-up added for `clients` (--warmup-per-client), and
+        added to the run's duration, so that the measured window keeps its
+        length: every client is a new backend that must load its caches."""
+        if self.a.warmup <= 0:
+            return 0
+        return int(round(self.a.warmup_per_client * clients / 1000.0))
+
+    def pgbench_cmd(self, workload, cfg, clients, duration, prefix, sampling=None):
+        _desc, wargs, proto = WORKLOADS[workload]
+        if cfg["family"] == "pgbouncer":
+            port = self.a.pgbouncer_port
+            if proto == "prepared" and not self.a.pgbouncer_prepared:
+                proto = self.a.pgbouncer_select_mode
+        else:
+            port = self.cluster.port
+        cmd = [os.path.join(self.a.pg_bin, "pgbench"), "-h", "127.0.0.1", "-p", str(port),
+               "-U", "bench", "-n", "-c", str(clients), "-j", str(min(self.a.jobs, clients)),
+               "-T", str(duration), "-M", proto, "-l", "--log-prefix", prefix]
+        if sampling is not None and sampling < 1.0:
+            cmd += ["--sampling-rate", str(sampling)]
+        cmd += wargs
+        if workload == "slow":
+            cmd += ["-s", str(self.a.scale)]
+        cmd.append("bench")
+        return cmd, proto
+
+    def one_run(self, workload, cfg, clients, rnd, duration=None, cpu_window_backend=False, label=None):
+        """One pgbench run; returns its CSV row. A failure of any kind (pgbench
+        error, server crash, harness error) fails the run, not the benchmark:
+        the server is restarted cleanly for the next run."""
+        a = self.a
+        if duration is None:
+            duration = a.duration + self.extra_warmup(clients)
+        self.run_seq += 1
+        rid = "%04d-%s-%s-c%d-r%d" % (self.run_seq, workload, cfg["name"], clients, rnd)
+        prefix = os.path.join(a.workdir, "runs", rid)
+        row = {k: "" for k in CSV_FIELDS}
+        row.update(started_at=dt.datetime.now().isoformat(timespec="seconds"), workload=label or workload,
+                   config=cfg["name"], family=cfg["family"], pool_size=cfg["pool"] or "",
+                   clients=clients, round=rnd, duration_s=duration, status="ok",
+                   gk_settings=";".join("%s=%s" % kv for kv in (cfg["gk"] or {}).items()))
+        log_off = self.cluster.log_size()
+        errs, out, cmd = [], "", []
+        try:
+            errs, out, cmd = self._one_run(row, workload, cfg, clients, duration, prefix, cpu_window_backend)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - becomes a failed run
+            errs.append("harness: %s" % str(e).strip().replace("\n", " ")[:300])
+        if self.pgbench is not None:
+            if self.pgbench.poll() is None:
+                self.pgbench.kill()
+            self.pgbench.wait()
+            self.pgbench = None
+        if self.bouncer is not None:
+            self.bouncer.stop()
+            self.bouncer = None
+        crashes = self.cluster.crash_lines(log_off)
+        if crashes:
+            errs.insert(0, "SERVER CRASH: " + " | ".join(crashes)[:400])
+        if errs:
+            row["status"] = "failed"
+            row["error"] = "; ".join(dict.fromkeys(errs))
+            with open(os.path.join(a.out, "failed-%s.txt" % rid), "w") as f:
+                f.write(" ".join(cmd) + "\n\n" + row["error"] + "\n\n" + out + "\n\nserver log:\n"
+                        + self.cluster.log_since(log_off)[-20000:])
+            self.failures.append(rid + ": " + row["error"])
+            if crashes or any(e.startswith("harness") for e in errs):
+                self.cluster.recover()
+        for fn in glob.glob(prefix + "*"):
+            os.unlink(fn)
+        self.write_row(row)
+        return row
+
+    def _one_run(self, row, workload, cfg, clients, duration, prefix, cpu_window_backend):
+        a = self.a
+        c = self.cluster
+        c.start(cfg["gk"])
+        c.before_run()
+        gk = cfg["family"] == "gatekeeper"
+        wpid = None
+        if gk:
+            c.sql("SELECT gatekeeper.reset()")
+            wpid = c.worker_pid()
+        if cfg["family"] == "pgbouncer":
+            self.bouncer = Bouncer(a, c, cfg["pool"], clients)
+            self.bouncer.start()
+        cmd, proto = self.pgbench_cmd(workload, cfg, clients, duration, prefix,
+                                      None if cpu_window_backend else a.sampling_rate)
+        row["protocol"] = proto
+        w0 = proc_cpu_ns(wpid) if wpid else None
+        b0 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
+        t0 = time.time()
+        # pgbench runs on the same machine: its CPU time (user + system, from
+        # the children's rusage once it has been waited for) is CPU the server
+        # cannot have, whichever configuration serves it.
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        outf = open(prefix + ".out", "w")
+        self.pgbench = subprocess.Popen(cmd, stdout=outf, stderr=subprocess.STDOUT, env=clean_env())
+        window = None
+        backend_cpu = None
+        try:
+            if cpu_window_backend:
+                window, backend_cpu = self.sample_backend(duration, t0)
+            self.pgbench.wait(timeout=duration + a.run_timeout)
+        except subprocess.TimeoutExpired:
+            self.pgbench.send_signal(signal.SIGINT)
+            try:
+                self.pgbench.wait(10)
+            except subprocess.TimeoutExpired:
+                self.pgbench.kill()
+                self.pgbench.wait()
+            row["error"] = "pgbench timed out"
+        t1 = time.time()
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        outf.close()
+        rc = self.pgbench.returncode
+        self.pgbench = None
+        w1 = proc_cpu_ns(wpid) if wpid else None
+        b1 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
+        wall = t1 - t0
+        row["wall_s"] = round(wall, 2)
+        if w0 is not None and w1 is not None:
+            row["worker_cpu_ms"] = round((w1 - w0) / 1e6, 1)
+            row["worker_cpu_pct"] = round((w1 - w0) / 1e9 / wall * 100, 2)
+        elif gk:
+            row["error"] = (row["error"] + "; " if row["error"] else "") + "worker pid vanished"
+        if b0 is not None and b1 is not None:
+            row["pgbouncer_cpu_ms"] = round((b1 - b0) / 1e6, 1)
+            row["pgbouncer_cpu_pct"] = round((b1 - b0) / 1e9 / wall * 100, 2)
+        if not cpu_window_backend:
+            # (The backend sampling runs psql, whose CPU would be counted too.)
+            client = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+            row["client_cpu_ms"] = round(client * 1000, 1)
+            row["client_cpu_pct"] = round(client / wall * 100, 2)
+        if self.bouncer:
+            self.bouncer.stop()
+            self.bouncer = None
+
+        out = open(prefix + ".out").read()
+        res = parse_pgbench(out)
+        row.update({k: v for k, v in res.items()})
+        if row.get("client_cpu_ms") and row.get("xacts"):
+            row["client_cpu_us_per_xact"] = round(float(row["client_cpu_ms"]) * 1000 / int(row["xacts"]), 1)
+        warm = 0.0 if cpu_window_backend else float(a.warmup) + self.extra_warmup(clients)
+        lats, _failed, in_window, span, series = read_logs(prefix, window, warm)
+        row["warmup_s"] = warm
+        rate = a.sampling_rate if a.sampling_rate < 1.0 and not cpu_window_backend else 1.0
+        row["tps_by_5s"] = ";".join(str(round(b / rate)) for b in series)
+        if warm > 0:
+            # tps and the average over the measured window; pgbench's whole-run
+            # figures stay in the CSV for reference.
+            row["tps_whole_run"] = row.get("tps", "")
+            row["avg_latency_whole_run_ms"] = row.get("avg_latency_ms", "")
+            row["tps"] = ""
+            row["avg_latency_ms"] = ""
+            if lats and span and span[1] - span[0] >= 1.0:
+                w = span[1] - span[0]
+                row["window_s"] = round(w, 2)
+                row["window_xacts"] = len(lats)
+                row["tps"] = round(len(lats) / rate / w, 3)
+                row["avg_latency_ms"] = round(sum(lats) / len(lats), 3)
+        if lats:
+            row["p50_latency_ms"] = round(percentile(lats, 0.50), 3)
+            row["p99_latency_ms"] = round(percentile(lats, 0.99), 3)
+            row["max_latency_ms"] = round(lats[-1], 3)
+        row["logged_xacts"] = len(lats)
+        if cpu_window_backend and backend_cpu is not None and in_window > 0:
+            row["backend_cpu_us_per_xact"] = round(backend_cpu / 1000.0 / in_window, 3)
+            row["cpu_window_xacts"] = in_window
+        if gk:
+            try:
+                self.gk_stats(row, t0, t1)
+            except RuntimeError as e:
+                row["error"] = (row["error"] + "; " if row["error"] else "") + \
+                    "gatekeeper views: " + str(e).strip().splitlines()[-1][:200]
+
+        # judge the run (correctness only, never performance)
+        errs = [row.pop("error")] if row["error"] else []
+        row["error"] = ""
+        if rc != 0:
+            errs.append("pgbench exit code %d" % rc)
+        if not res.get("tps") or not row.get("tps"):
+            errs.append("zero or missing tps" + (" in the measured window (is --warmup shorter than "
+                                                  "--duration?)" if res.get("tps") else ""))
+        if res.get("failed_xacts"):
+            errs.append("%d failed transactions" % res["failed_xacts"])
+        for line in out.splitlines():
+            if line.startswith("pgbench: error") or "aborted" in line:
+                errs.append(line.strip()[:200])
+                break
+        # A variant that switches the gate off on purpose (--gk NAME:enabled=off,
+        # the library's cost with nothing gated) admits nothing by design.
+        gate_on = (cfg["gk"] or {}).get("pg_gatekeeper.enabled", "on").lower() not in ("off", "false", "0", "no")
+        if gk and gate_on and row.get("gk_admitted") in ("", 0, "0"):
+            errs.append("the gate admitted nothing (is the bench role exempt?)")
+        if cpu_window_backend and not row["backend_cpu_us_per_xact"]:
+            errs.append("no backend CPU sample (%s, %d statements in window)" % (self.sample_note, in_window))
+        return errs, out, cmd
+
+    def sample_backend(self, duration, t0):
+        """For --overhead: CPU time of the single pgbench backend over a window
+        that excludes connection and shutdown."""
+        # pgbench's first connection only reads the scale and goes away; the
+        # benchmark's own connection is the one still there a second later.
+        time.sleep(max(0, t0 + 1.0 - time.time()))
+        pid = None
+        while time.time() < t0 + 5 and pid is None:
+            out = self.cluster.sql("SELECT pid FROM pg_stat_activity WHERE usename = 'bench' "
+                                   "AND application_name = 'pgbench' AND backend_type = 'client backend' "
+                                   "ORDER BY backend_start DESC LIMIT 1")
+            pid = int(out.split()[0]) if out else None
+            if pid is None:
+                time.sleep(0.05)
+        if pid is None:
+            self.sample_note = "backend pid not found"
+            return None, None
+        start = t0 + 1.5
+        end = t0 + duration - 1.0
+        time.sleep(max(0, start - time.time()))
+        c0, s0 = proc_cpu_ns(pid), time.time()
+        time.sleep(max(0.5, end - time.time()))
+        c1, s1 = proc_cpu_ns(pid), time.time()
+        if c0 is None or c1 is None:
+            self.sample_note = "backend %d gone during the window" % pid
+            return None, None
+        self.sample_note = "window %.3f..%.3f, backend %d" % (s0, s1, pid)
+        return (s0, s1), c1 - c0
+
+    def gk_stats(self, row, t0, t1):
+        c = self.cluster
+        st = c.sql_row("SELECT max_active, ticket_ceiling, tickets, admitted_total, waited_total, "
+                       "overflow_total, queue_timeouts_total, round(wait_p99_ms::numeric, 3) "
+                       "FROM gatekeeper.status")
+        if st:
+            for k, v in zip(["gk_max_active", "gk_ticket_ceiling", "gk_tickets_end", "gk_admitted",
+                             "gk_waited", "gk_overflow", "gk_timeouts", "gk_wait_p99_ms"], st):
+                row[k] = v
+        h = c.sql_row("SELECT round(avg(tickets), 1), max(tickets), round(avg(running), 1), "
+                      "round(avg(queued), 1), max(queued) FROM gatekeeper.history "
+                      "WHERE sample_time BETWEEN to_timestamp(%f) AND to_timestamp(%f)" % (t0, t1))
+        if h:
+            for k, v in zip(["gk_tickets_avg", "gk_tickets_max", "gk_running_avg", "gk_queued_avg",
+                             "gk_queued_max"], h):
+                row[k] = v
+
+    def write_row(self, row):
+        self.rows.append(row)
+        new = not os.path.exists(self.csv_path)
+        with open(self.csv_path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            if new:
+                w.writeheader()
+            w.writerow(row)
