@@ -23,6 +23,10 @@ ALTER SYSTEM SET pg_gatekeeper.active_per_cpu = 0;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.active_per_cpu = 'NaN';
 \echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.active_per_cpu_max = -1;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.active_per_cpu_max = 1e9;
+\echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.lend_min_cpu_idle = -0.1;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.lend_min_cpu_idle = 1.5;

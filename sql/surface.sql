@@ -21,9 +21,14 @@ SELECT max_active >= 1 AS has_limit, limit_source, effective_cpus > 0 AS has_cpu
        admitted, queued, stats_reset IS NOT NULL AS has_reset
   FROM gatekeeper.status;
 
--- The limit is derived from the CPUs: ceil(effective_cpus * active_per_cpu).
+-- The limit is derived from the CPUs: ceil(effective_cpus * active_per_cpu),
+-- its floor, and may adapt up to ceil(effective_cpus * active_per_cpu_max).
 SELECT max_active = ceil(effective_cpus * current_setting('pg_gatekeeper.active_per_cpu')::float8)
-       AS auto_limit_matches
+       AS auto_limit_matches,
+       limit_min = max_active AS at_floor,
+       limit_max = ceil(effective_cpus * current_setting('pg_gatekeeper.active_per_cpu_max')::float8)
+       AS ceiling_matches,
+       limit_reason, limit_changed_at <= now() AS changed_before
   FROM gatekeeper.status;
 
 -- This superuser session is exempt by default, and so shown.

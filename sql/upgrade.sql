@@ -38,8 +38,21 @@ SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
 SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
 
+-- From the previous release too.
+DROP EXTENSION pg_gatekeeper;
+CREATE EXTENSION pg_gatekeeper VERSION '0.2.0';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
+SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
+
 -- And it works.
-SELECT max_active > 0 AS has_limit, stalled >= 0 AS has_stalled FROM gatekeeper.status;
+SELECT max_active > 0 AS has_limit, stalled >= 0 AS has_stalled, limit_reason IS NOT NULL AS has_reason
+  FROM gatekeeper.status;
+SELECT regress.wait_for('SELECT count(*) >= 1 FROM gatekeeper.history');
+SELECT bool_and(limit_reason IN ('manual', 'fixed', 'start', 'grow', 'shrink', 'reload')) AS reasons_known
+  FROM gatekeeper.history;
 SELECT class FROM gatekeeper.classes;
 SELECT count(*) >= 1 AS has_sessions FROM gatekeeper.sessions WHERE class IS NULL OR class = 'default';
 DROP FUNCTION regress.gatekeeper_objects();

@@ -5,6 +5,7 @@
 //! rows after releasing it. Every function raises 55000 with a hint if the
 //! library was not preloaded. None of them needs admission (see `monitor`).
 
+use gatekeeper_core::adaptive::Reason;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::histogram::{Histogram, NBUCKETS};
 use gatekeeper_core::{GateHeader, Slot, SlotState};
@@ -194,7 +195,7 @@ fn status() -> TableIterator<
     let q = |p: f64| h.waits.quantile_us(p).map(|us| us / 1000.0);
     TableIterator::once((
         h.limit as i32,
-        if snap.status.auto { "auto" } else { "manual" },
+        if snap.status.reason() == Reason::Manual { "manual" } else { "auto" },
         snap.status.effective_cpus,
         h.tickets as i32,
         snap.status.ceiling as i32,
@@ -225,6 +226,24 @@ fn status() -> TableIterator<
         (h.waits.total() > 0).then(|| ms(h.waits.max_us)),
         ts(h.stats_reset_us),
     ))
+}
+
+/// The adaptive limit's range and its last move: the columns of
+/// `gatekeeper.status` after `stats_reset` (a set-returning function has at
+/// most 32 columns here, so the view joins this one to `status()`).
+#[pg_extern(name = "limit_state", parallel_restricted)]
+#[allow(clippy::type_complexity)]
+fn limit_state() -> TableIterator<
+    'static,
+    (
+        name!(limit_min, i32),
+        name!(limit_max, i32),
+        name!(limit_reason, &'static str),
+        name!(limit_changed_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let st = shmem::with_gate_shared(|l| *l.status);
+    TableIterator::once((st.bounds.floor as i32, st.bounds.ceiling as i32, st.reason().as_str(), ts(st.changed_at_us)))
 }
 
 #[pg_extern(name = "sessions", parallel_restricted)]
@@ -386,6 +405,7 @@ fn history() -> TableIterator<
         name!(queue_timeouts, i64),
         name!(wait_p50_ms, Option<f64>),
         name!(wait_p99_ms, Option<f64>),
+        name!(limit_reason, &'static str),
     ),
 > {
     let samples: Vec<_> = shmem::with_gate_shared(|l| l.ring.iter(l.history).copied().collect());
@@ -404,6 +424,7 @@ fn history() -> TableIterator<
             s.timeouts as i64,
             finite(s.wait_p50_us),
             finite(s.wait_p99_us),
+            Reason::from_u8(s.limit_reason).as_str(),
         )
     }))
 }
@@ -417,7 +438,7 @@ fn reset() {
 
 extension_sql!(
     r#"
-CREATE VIEW gatekeeper.status AS SELECT * FROM gatekeeper.status();
+CREATE VIEW gatekeeper.status AS SELECT * FROM gatekeeper.status() CROSS JOIN gatekeeper.limit_state();
 CREATE VIEW gatekeeper.sessions AS SELECT * FROM gatekeeper.sessions();
 CREATE VIEW gatekeeper.wait_histogram AS SELECT * FROM gatekeeper.wait_histogram();
 CREATE VIEW gatekeeper.history AS SELECT * FROM gatekeeper.history();
@@ -435,6 +456,6 @@ GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogra
 REVOKE ALL ON FUNCTION gatekeeper.reset() FROM PUBLIC;
 "#,
     name = "views",
-    requires = [status, sessions, wait_histogram, history, classes, reset],
+    requires = [status, limit_state, sessions, wait_histogram, history, classes, reset],
     finalize
 );

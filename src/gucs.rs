@@ -19,8 +19,12 @@ use gatekeeper_core::classes::{self, ClassDef};
 static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Target number of running transactions; 0 derives it from the CPUs.
 static MAX_ACTIVE: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// Running transactions per effective CPU, when `max_active` is 0.
+/// Running transactions per effective CPU, when `max_active` is 0: where the
+/// automatic limit starts, and its floor.
 static ACTIVE_PER_CPU: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU);
+/// How far per effective CPU the automatic limit may grow; at or below
+/// `active_per_cpu`, it does not adapt.
+static ACTIVE_PER_CPU_MAX: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU_MAX);
 /// Lend tickets only while at least this fraction of CPU time is idle; 0 = no CPU condition.
 static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
@@ -52,6 +56,9 @@ static CLASSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new
 static CLASS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 
 pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
+/// Room for transactions that wait about ten times as long as they compute
+/// (an 8 ms wait beside 0.3 ms of CPU needs about 28 running per CPU).
+pub const DEFAULT_ACTIVE_PER_CPU_MAX: f64 = 32.0;
 pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
 pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
@@ -101,6 +108,20 @@ pub fn init() {
             c"",
             &ACTIVE_PER_CPU,
             0.1,
+            1000.0,
+            GucContext::Sighup,
+            GucFlags::default(),
+            None,
+            Some(assign_limit_real),
+            None,
+        );
+        GucRegistry::define_float_guc_with_hooks(
+            c"pg_gatekeeper.active_per_cpu_max",
+            c"How far per effective CPU the automatic limit may grow while sessions wait and the CPUs idle.",
+            c"The automatic limit starts at, and never goes below, pg_gatekeeper.active_per_cpu per CPU. \
+              At or below pg_gatekeeper.active_per_cpu (0 included), it does not adapt.",
+            &ACTIVE_PER_CPU_MAX,
+            0.0,
             1000.0,
             GucContext::Sighup,
             GucFlags::default(),
@@ -272,6 +293,9 @@ pub fn max_active() -> u32 {
 }
 pub fn active_per_cpu() -> f64 {
     ACTIVE_PER_CPU.get()
+}
+pub fn active_per_cpu_max() -> f64 {
+    ACTIVE_PER_CPU_MAX.get()
 }
 pub fn lend_min_cpu_idle() -> f64 {
     LEND_MIN_CPU_IDLE.get()

@@ -1,6 +1,8 @@
 //! Resolving the limit: effective CPUs from affinity and cgroup quotas, and
-//! `max_active` / `active_per_cpu` / `max_tickets` into numbers; and
-//! applying it, with the class definitions, to the shared gate.
+//! `max_active` / `active_per_cpu` / `active_per_cpu_max` / `max_tickets`
+//! into numbers; and applying it, with the class definitions, to the shared
+//! gate. Within the automatic limit's range, the worker moves the limit
+//! itself (`gatekeeper_core::adaptive`); a reload keeps where it went.
 //!
 //! Only reads files (`/proc/self/status`, `/proc/self/cgroup`, the cgroup
 //! filesystem); the parsing rules live in `gatekeeper_core::cpus`.
@@ -11,20 +13,24 @@
 
 use std::fs;
 
+use gatekeeper_core::adaptive::{self, Bounds};
 use gatekeeper_core::classes::ClassParams;
 use gatekeeper_core::cpus;
 use pgrx::pg_sys;
 
 use crate::{gucs, shmem};
 
-/// The limit and where it came from.
+/// The limit's settings resolved into numbers.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Resolved {
-    pub limit: u32,
-    pub ceiling: u32,
+    /// `max_active`, when set by hand.
+    pub manual: Option<u32>,
+    /// The automatic limit's range: `active_per_cpu` to `active_per_cpu_max`
+    /// per CPU (the manual value at both ends when set by hand).
+    pub bounds: Bounds,
+    /// Upper bound for tickets (never below the limit's ceiling).
+    pub ticket_ceiling: u32,
     pub effective_cpus: f64,
-    /// Derived from the CPUs (`max_active = 0`) rather than set by hand.
-    pub auto: bool,
 }
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -32,18 +38,37 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// CPUs this process may use: the affinity mask, capped by every cgroup
 /// quota on the way from its cgroup to the root.
 pub fn effective_cpus() -> f64 {
-    let affinity = fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| cpus::affinity_from_status(&s))
+    cpu_budget().0
+}
+
+/// Where the CPUs' idle time is read from (see `worker::CpuMeter`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuSource {
+    /// `/proc/stat`'s lines of these CPUs: the affinity set.
+    Cpus(Vec<usize>),
+    /// A cgroup v2 `cpu.stat` whose quota of this many CPUs is tighter than
+    /// the affinity set: idle is the quota's unused share.
+    Quota(String, f64),
+}
+
+/// Effective CPUs, and where to measure how idle they are.
+pub fn cpu_budget() -> (f64, CpuSource) {
+    let status = fs::read_to_string("/proc/self/status").ok();
+    let ids = status.as_deref().and_then(cpus::affinity_ids_from_status);
+    let affinity = ids
+        .as_ref()
+        .map(|v| v.len())
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
         .unwrap_or(1);
-    let mut quotas = vec![];
+    // (CPUs, the v2 cgroup directory that sets them, if v2)
+    let mut quotas: Vec<(f64, Option<String>)> = vec![];
     if let Ok(text) = fs::read_to_string("/proc/self/cgroup") {
         let paths = cpus::parse_proc_cgroup(&text);
         if let Some(p) = paths.v2 {
             for dir in cpus::ancestors(&p) {
-                if let Ok(s) = fs::read_to_string(format!("{CGROUP_ROOT}{dir}/cpu.max")) {
-                    quotas.extend(cpus::parse_cpu_max(&s));
+                let base = format!("{CGROUP_ROOT}{dir}");
+                if let Ok(s) = fs::read_to_string(format!("{base}/cpu.max")) {
+                    quotas.extend(cpus::parse_cpu_max(&s).map(|q| (q, Some(base))));
                 }
             }
         }
@@ -55,32 +80,107 @@ pub fn effective_cpus() -> f64 {
                         fs::read_to_string(format!("{base}/cpu.cfs_quota_us")),
                         fs::read_to_string(format!("{base}/cpu.cfs_period_us")),
                     ) {
-                        quotas.extend(cpus::parse_cfs(&q, &per));
+                        quotas.extend(cpus::parse_cfs(&q, &per).map(|q| (q, None)));
                     }
                 }
             }
         }
     }
-    cpus::effective_cpus(affinity, &quotas)
+    let list: Vec<f64> = quotas.iter().map(|q| q.0).collect();
+    let effective = cpus::effective_cpus(affinity, &list);
+    // The quota that decided, if one did and its usage can be read.
+    let source = quotas
+        .into_iter()
+        .find(|(q, _)| *q == effective && effective < affinity as f64)
+        .and_then(|(q, dir)| dir.map(|d| CpuSource::Quota(format!("{d}/cpu.stat"), q)))
+        .unwrap_or_else(|| CpuSource::Cpus(ids.unwrap_or_else(|| (0..affinity).collect())));
+    (effective, source)
 }
 
-/// Resolve the settings now in force into a limit and a ticket ceiling.
+/// The idle fraction of the CPUs the server may use, per window of
+/// `adaptive::WINDOW_US`: from `/proc/stat` over the affinity set, or from
+/// the cgroup's usage against its quota when that is tighter.
+pub struct CpuMeter {
+    source: CpuSource,
+    /// When the window started, and the counters then: `(busy, idle)` ticks,
+    /// or `(used µs, 0)` for a quota.
+    last: Option<(i64, (u64, u64))>,
+    /// The last window's idle fraction; 1.0 until first measured.
+    pub idle: f64,
+}
+
+impl CpuMeter {
+    pub fn new() -> CpuMeter {
+        CpuMeter { source: cpu_budget().1, last: None, idle: 1.0 }
+    }
+
+    /// Measure again where to read from (the affinity or a quota changed).
+    pub fn refresh_source(&mut self) {
+        let source = cpu_budget().1;
+        if source != self.source {
+            self.source = source;
+            self.last = None;
+        }
+    }
+
+    fn read(&self) -> Option<(u64, u64)> {
+        match &self.source {
+            CpuSource::Cpus(ids) => {
+                fs::read_to_string("/proc/stat").ok().and_then(|s| cpus::parse_proc_stat_cpus(&s, ids))
+            }
+            CpuSource::Quota(file, _) => {
+                fs::read_to_string(file).ok().and_then(|s| cpus::parse_cgroup_usage_us(&s)).map(|u| (u, 0))
+            }
+        }
+    }
+
+    /// At the end of each window, its idle fraction; `None` within one.
+    pub fn window(&mut self, now: i64) -> Option<f64> {
+        if self.last.is_some_and(|(at, _)| now - at < adaptive::WINDOW_US && now >= at) {
+            return None;
+        }
+        let cur = self.read()?;
+        // A window that ran long (the worker slept: nothing was queued)
+        // would describe the quiet time before a burst: start afresh.
+        let fresh = self.last.filter(|(at, _)| now - at <= 2 * adaptive::WINDOW_US && now >= *at);
+        let measured = fresh.and_then(|(at, prev)| match &self.source {
+            CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
+            CpuSource::Quota(_, q) => {
+                cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), now.saturating_sub(at).max(0) as u64, *q)
+            }
+        });
+        self.last = Some((now, cur));
+        if let Some(f) = measured {
+            self.idle = f;
+        }
+        measured
+    }
+}
+
+/// Resolve the settings now in force into the limit's range and a ticket
+/// ceiling.
 pub fn resolve() -> Resolved {
     let effective_cpus = effective_cpus();
-    let manual = gucs::max_active();
-    let (limit, auto) =
-        if manual > 0 { (manual, false) } else { (cpus::auto_limit(effective_cpus, gucs::active_per_cpu()), true) };
+    let manual = Some(gucs::max_active()).filter(|&n| n > 0);
+    let bounds = match manual {
+        Some(n) => Bounds { floor: n, ceiling: n },
+        None => {
+            let floor = cpus::auto_limit(effective_cpus, gucs::active_per_cpu());
+            let top = cpus::auto_limit(effective_cpus, gucs::active_per_cpu_max());
+            Bounds { floor, ceiling: top.max(floor) }
+        }
+    };
     // 0: no cap but the backends themselves. The running-holder rule alone
     // decides how far idle holders lend (see the README's benchmark section).
     // SAFETY: MaxBackends is set by the postmaster before shared memory is
     // sized, and inherited by every process that resolves the limit.
     let backends = unsafe { pg_sys::MaxBackends }.max(1) as u32;
-    let ceiling = match gucs::max_tickets() {
+    let ticket_ceiling = match gucs::max_tickets() {
         0 => backends,
         n => n,
     }
-    .max(limit);
-    Resolved { limit, ceiling, effective_cpus, auto }
+    .max(bounds.ceiling);
+    Resolved { manual, bounds, ticket_ceiling, effective_cpus }
 }
 
 /// Resolve the settings now in force and apply the limit, the ticket
@@ -94,10 +194,15 @@ pub fn apply() {
     let list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
     let now = crate::now_us();
     let no_room = shmem::with_gate_waking(|mut l, wake| {
+        let (limit, reason) = adaptive::on_reload(r.manual, r.bounds, l.gate.header().limit, l.status.reason());
         l.status.effective_cpus = r.effective_cpus;
-        l.status.auto = r.auto;
-        l.status.ceiling = r.ceiling;
-        l.gate.set_limit(r.limit, r.ceiling, now, wake);
+        l.status.ceiling = r.ticket_ceiling;
+        l.status.bounds = r.bounds;
+        if (limit, reason) != (l.gate.header().limit, l.status.reason()) {
+            l.status.reason = reason as u8;
+            l.status.changed_at_us = now;
+        }
+        l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
         l.gate.set_classes(&list, now, wake)
     });
     for name in no_room {

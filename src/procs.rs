@@ -52,6 +52,12 @@ pub fn waits_on_client(procno: usize) -> bool {
     wait_class(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
+/// Whether the process in PGPROC `procno` waits on a lock, heavyweight or
+/// lightweight: it waits for another backend, not for work of its own.
+pub fn waits_on_lock(procno: usize) -> bool {
+    matches!(wait_class(procno), pg_sys::PG_WAIT_LOCK | pg_sys::PG_WAIT_LWLOCK)
+}
+
 /// PIDs of every process that waits on a heavyweight lock.
 pub fn lock_waiters() -> Vec<i32> {
     let mut out = vec![];

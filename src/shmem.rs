@@ -32,6 +32,7 @@ use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
+use gatekeeper_core::adaptive::{self, Bounds, Reason};
 use gatekeeper_core::history::{HistorySample, Ring};
 use gatekeeper_core::{Gate, GateHeader, Slot};
 use pgrx::pg_sys;
@@ -60,8 +61,6 @@ pub struct Shared {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LimitStatus {
     pub effective_cpus: f64,
-    /// True when the limit was derived from the CPUs (`max_active = 0`).
-    pub auto: bool,
     /// Ceiling applied to tickets.
     pub ceiling: u32,
     /// Holders sampled as using the server at the last sample.
@@ -72,6 +71,21 @@ pub struct LimitStatus {
     pub sampled_at_us: i64,
     /// The CPUs' idle fraction the worker last measured.
     pub cpu_idle: f64,
+    /// The automatic limit's range (both the limit when it does not adapt).
+    pub bounds: Bounds,
+    /// Why the limit last changed (`adaptive::Reason`).
+    pub reason: u8,
+    /// When the limit last changed, microseconds.
+    pub changed_at_us: i64,
+    /// Holders doing work (not waiting on their client or a lock), smoothed
+    /// while a queue exists; NaN when none.
+    pub working_avg: f64,
+}
+
+impl LimitStatus {
+    pub fn reason(&self) -> Reason {
+        Reason::from_u8(self.reason)
+    }
 }
 
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
@@ -142,19 +156,23 @@ unsafe extern "C-unwind" fn shmem_startup() {
             (*p).history_cap = history_cap as u32;
             (*p).worker_procno = AtomicI32::new(-1);
             let resolved = limit::resolve();
+            let now = crate::now_us();
+            let (start, reason) = adaptive::on_reload(resolved.manual, resolved.bounds, 0, Reason::Manual);
             (*p).status = LimitStatus {
                 effective_cpus: resolved.effective_cpus,
-                auto: resolved.auto,
-                ceiling: resolved.ceiling,
+                ceiling: resolved.ticket_ceiling,
                 running_avg: f64::NAN,
+                working_avg: f64::NAN,
                 cpu_idle: 1.0,
+                bounds: resolved.bounds,
+                reason: reason as u8,
+                changed_at_us: now,
                 ..LimitStatus::default()
             };
             let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
             let mut gate = Gate::new(&mut (*p).header, slots);
-            let now = crate::now_us();
-            gate.init(resolved.limit, now);
-            gate.set_limit(resolved.limit, resolved.ceiling, now, &mut |_| {});
+            gate.init(start, now);
+            gate.set_limit(start, resolved.ticket_ceiling, now, &mut |_| {});
             let defs = gucs::classes();
             let list: Vec<_> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
             gate.set_classes(&list, now, &mut |_| {});

@@ -7,8 +7,9 @@
 //!   event class Client, i.e. idle in transaction) is not running; anything
 //!   else, lock waits included, is, unless it is stalled: its run has lasted
 //!   `stall_timeout`. Stalled holders give their place to the queue. With
-//!   the CPUs' idle fraction (/proc/stat), the controller then moves the
-//!   ticket count.
+//!   the CPUs' idle fraction (`limit::CpuMeter`), the controller then moves
+//!   the ticket count, and at the end of each CPU window an automatic limit
+//!   adapts (`gatekeeper_core::adaptive`).
 //! - Breaks deadlocks between holders and parked sessions (`deadlock`).
 //! - Records a history sample every `history_interval`.
 //!
@@ -16,14 +17,14 @@
 //! idle server costs it one wake-up per `history_interval`. The first
 //! session to park sets the worker's latch, so sampling starts at once.
 
-use std::fs;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use gatekeeper_core::adaptive::{self, Reason};
+use gatekeeper_core::controller;
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::SlotState;
-use gatekeeper_core::{controller, cpus};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -34,31 +35,6 @@ use crate::{deadlock, gucs, limit, procs, shmem};
 const RESOLVE_EVERY_US: i64 = 10_000_000;
 /// How often the deadlock breaker looks, at most, while it has work.
 const DEADLOCK_CHECK_EVERY_US: i64 = 100_000;
-/// Shortest window over which the CPUs' idle fraction is measured:
-/// /proc/stat counts in 10 ms ticks, so shorter windows are too coarse.
-const CPU_WINDOW_US: i64 = 200_000;
-
-/// The machine's CPU idle fraction (idle + iowait) from /proc/stat, over
-/// windows of at least [`CPU_WINDOW_US`]; 1.0 until first measured.
-struct CpuMeter {
-    last: Option<(i64, (u64, u64))>,
-    idle: f64,
-}
-
-impl CpuMeter {
-    fn idle(&mut self, now: i64) -> f64 {
-        if self.last.is_none_or(|(at, _)| now - at >= CPU_WINDOW_US) {
-            if let Some(cur) = fs::read_to_string("/proc/stat").ok().and_then(|s| cpus::parse_proc_stat(&s)) {
-                if let Some(f) = self.last.and_then(|(_, prev)| cpus::idle_fraction(prev, cur)) {
-                    self.idle = f;
-                }
-                self.last = Some((now, cur));
-            }
-        }
-        self.idle
-    }
-}
-
 pub fn register() {
     BackgroundWorkerBuilder::new("pg_gatekeeper worker")
         .set_type("pg_gatekeeper worker")
@@ -100,7 +76,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_sample_us = 0;
     let mut next_deadlock_us = 0;
     let mut last_now = now;
-    let mut cpu = CpuMeter { last: None, idle: 1.0 };
+    let mut cpu = limit::CpuMeter::new();
     let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
     let mut hist = shmem::with_gate_shared(|l| {
@@ -141,6 +117,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         last_now = now;
         if now >= next_resolve_us {
             limit::apply();
+            cpu.refresh_source();
             next_resolve_us = now + RESOLVE_EVERY_US;
         }
         // Samples are paced by the clock, not by wake-ups: a burst of
@@ -149,7 +126,8 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let interval_us = gucs::sample_interval_ms() as i64 * 1000;
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
-            sample_and_steer(now, cpu.idle(now), &mut demand)
+            let window = cpu.window(now);
+            sample_and_steer(now, cpu.idle, window, &mut demand)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -192,13 +170,18 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// lasted `stall_timeout`: a long statement, or a lock wait, which is part
 /// of one. A stalled holder that waits on its client again, or starts a
 /// new statement, is not stalled any more and counts again.
-fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWindow) -> (u32, u32) {
+fn sample_and_steer(
+    now: i64,
+    cpu_idle: f64,
+    window_idle: Option<f64>,
+    demand: &mut controller::DemandWindow,
+) -> (u32, u32) {
     let stall_us = gucs::stall_timeout_us();
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, bool)> = vec![];
-    let busy = shmem::with_gate_shared(|l| {
-        let mut busy = 0u32;
+    let (busy, working) = shmem::with_gate_shared(|l| {
+        let (mut busy, mut working) = (0u32, 0u32);
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state != SlotState::Admitted {
                 continue;
@@ -207,11 +190,12 @@ fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWind
             let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
             let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
             busy += uses_server as u32;
+            working += (uses_server && !stalled && !procs::waits_on_lock(i)) as u32;
             if stalled != s.stalled {
                 changes.push((i, stalled));
             }
         }
-        busy
+        (busy, working)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     shmem::with_gate_waking(|mut l, wake| {
@@ -227,13 +211,36 @@ fn sample_and_steer(now: i64, cpu_idle: f64, demand: &mut controller::DemandWind
         l.status.running = running;
         l.status.sampled_at_us = now;
         l.status.cpu_idle = cpu_idle;
-        let avg = if h.queued == 0 {
-            f64::NAN
+        let (avg, working_avg) = if h.queued == 0 {
+            (f64::NAN, f64::NAN)
         } else {
-            let prev = l.status.running_avg;
-            controller::smooth(prev.is_finite().then_some(prev), running, h.limit)
+            let prev = |v: f64| v.is_finite().then_some(v);
+            (
+                controller::smooth(prev(l.status.running_avg), running, h.limit),
+                controller::smooth(prev(l.status.working_avg), working.min(running), h.limit),
+            )
         };
         l.status.running_avg = avg;
+        l.status.working_avg = working_avg;
+        if let Some(idle) = window_idle {
+            let signals = adaptive::Signals {
+                limit: h.limit,
+                bounds: l.status.bounds,
+                queued: h.queued,
+                working: if working_avg.is_finite() { working_avg } else { working as f64 },
+                cpu_idle: idle,
+            };
+            // Only an automatic limit adapts; a manual one has equal bounds.
+            if l.status.reason() != Reason::Manual {
+                if let Some((limit, reason)) = adaptive::next_limit(signals) {
+                    l.status.reason = reason as u8;
+                    l.status.changed_at_us = now;
+                    let ceiling = l.status.ceiling.max(limit);
+                    l.gate.set_limit(limit, ceiling, now, wake);
+                }
+            }
+        }
+        let h = *l.gate.header();
         let next = controller::next_tickets(controller::Sample {
             limit: h.limit,
             ceiling: l.status.ceiling,
@@ -280,6 +287,7 @@ fn record_history(hist: &mut HistoryState, now: i64) {
             timeouts: h.counters.timeouts.saturating_sub(hist.last_timeouts),
             wait_p50_us: waits.quantile_us(0.5).unwrap_or(f64::NAN),
             wait_p99_us: waits.quantile_us(0.99).unwrap_or(f64::NAN),
+            limit_reason: l.status.reason,
         };
         l.ring.push(l.history, sample);
         hist.last_at_us = now;

@@ -8,13 +8,13 @@
 //! the tightest one wins. This module only parses text; the caller reads the
 //! files.
 
-/// Number of CPUs in a list such as `0-3,8,10-11`. `None` if malformed.
-pub fn parse_cpu_list(s: &str) -> Option<usize> {
+/// The CPU numbers in a list such as `0-3,8,10-11`. `None` if malformed.
+pub fn parse_cpu_ids(s: &str) -> Option<Vec<usize>> {
     let s = s.trim();
     if s.is_empty() {
         return None;
     }
-    let mut n = 0usize;
+    let mut ids = vec![];
     for part in s.split(',') {
         let part = part.trim();
         match part.split_once('-') {
@@ -23,20 +23,27 @@ pub fn parse_cpu_list(s: &str) -> Option<usize> {
                 if b < a {
                     return None;
                 }
-                n += b - a + 1;
+                ids.extend(a..=b);
             }
-            None => {
-                part.parse::<usize>().ok()?;
-                n += 1;
-            }
+            None => ids.push(part.parse::<usize>().ok()?),
         }
     }
-    Some(n)
+    Some(ids)
+}
+
+/// Number of CPUs in a list such as `0-3,8,10-11`. `None` if malformed.
+pub fn parse_cpu_list(s: &str) -> Option<usize> {
+    parse_cpu_ids(s).map(|ids| ids.len())
+}
+
+/// The affinity CPUs from the text of `/proc/self/status`.
+pub fn affinity_ids_from_status(status: &str) -> Option<Vec<usize>> {
+    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_cpu_ids)
 }
 
 /// The affinity CPU count from the text of `/proc/self/status`.
 pub fn affinity_from_status(status: &str) -> Option<usize> {
-    status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_cpu_list)
+    affinity_ids_from_status(status).map(|ids| ids.len())
 }
 
 /// CPUs granted by a cgroup v2 `cpu.max` file; `None` when unlimited or malformed.
@@ -109,15 +116,10 @@ pub fn effective_cpus(affinity: usize, quotas: &[f64]) -> f64 {
     cpus
 }
 
-/// CPU time counters from the first line of `/proc/stat`, in ticks:
-/// `(busy, idle)`, where idle includes iowait. `None` if malformed.
-pub fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
-    let line = s.lines().next()?;
-    let mut it = line.split_whitespace();
-    if it.next()? != "cpu" {
-        return None;
-    }
-    let v: Vec<u64> = it.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+/// `(busy, idle)` ticks from the counters of one `/proc/stat` CPU line (the
+/// fields after its name); idle includes iowait.
+fn busy_idle(fields: std::str::SplitWhitespace) -> Option<(u64, u64)> {
+    let v: Vec<u64> = fields.map(|x| x.parse().ok()).collect::<Option<_>>()?;
     if v.len() < 4 {
         return None;
     }
@@ -125,6 +127,48 @@ pub fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
     let idle = v[3] + v.get(4).copied().unwrap_or(0);
     let busy = v[0] + v[1] + v[2] + v.iter().skip(5).take(3).sum::<u64>();
     Some((busy, idle))
+}
+
+/// CPU time counters from the first line of `/proc/stat`, in ticks:
+/// `(busy, idle)`, where idle includes iowait. `None` if malformed.
+pub fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
+    let mut it = s.lines().next()?.split_whitespace();
+    if it.next()? != "cpu" {
+        return None;
+    }
+    busy_idle(it)
+}
+
+/// The same counters summed over the CPUs in `ids` (the `cpuN` lines), so
+/// that a server pinned to some CPUs measures those alone. `None` if a CPU
+/// of `ids` has no line, or a line is malformed.
+pub fn parse_proc_stat_cpus(s: &str, ids: &[usize]) -> Option<(u64, u64)> {
+    let (mut busy, mut idle, mut found) = (0, 0, 0);
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let Some(n) = it.next().and_then(|name| name.strip_prefix("cpu")).and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        if ids.contains(&n) {
+            let (b, i) = busy_idle(it)?;
+            busy += b;
+            idle += i;
+            found += 1;
+        }
+    }
+    (found == ids.len() && found > 0).then_some((busy, idle))
+}
+
+/// CPU time used by a cgroup, in microseconds: `usage_usec` of a v2
+/// `cpu.stat` file.
+pub fn parse_cgroup_usage_us(cpu_stat: &str) -> Option<u64> {
+    cpu_stat.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
+}
+
+/// Idle fraction of a CPU quota of `cpus` over `wall_us`, of which the
+/// cgroup used `used_us`; `None` if no time passed.
+pub fn quota_idle_fraction(used_us: u64, wall_us: u64, cpus: f64) -> Option<f64> {
+    (wall_us > 0 && cpus > 0.0).then(|| (1.0 - used_us as f64 / (wall_us as f64 * cpus)).clamp(0.0, 1.0))
 }
 
 /// Idle fraction between two `/proc/stat` readings; `None` if no time passed.
@@ -216,6 +260,29 @@ mod tests {
         assert_eq!(idle_fraction(a, a), None);
         assert_eq!(parse_proc_stat("intr 1 2 3"), None);
         assert_eq!(parse_proc_stat(""), None);
+    }
+
+    #[test]
+    fn per_cpu_counters_over_the_affinity_set() {
+        let stat = "cpu  300 0 0 700 0\ncpu0 100 0 0 400 0\ncpu1 200 0 0 300 0 0 0 0\ncpu10 5 0 0 5 0\nintr 1\n";
+        assert_eq!(parse_proc_stat_cpus(stat, &[1]), Some((200, 300)));
+        assert_eq!(parse_proc_stat_cpus(stat, &[0, 1]), Some((300, 700)));
+        assert_eq!(parse_proc_stat_cpus(stat, &[10]), Some((5, 5)), "cpu10 is not cpu1");
+        assert_eq!(parse_proc_stat_cpus(stat, &[2]), None, "no such CPU");
+        assert_eq!(parse_proc_stat_cpus(stat, &[]), None);
+        assert_eq!(parse_cpu_ids("0-2,5"), Some(vec![0, 1, 2, 5]));
+        let status = "Cpus_allowed_list:\t1\n";
+        assert_eq!(affinity_ids_from_status(status), Some(vec![1]));
+    }
+
+    #[test]
+    fn idle_under_a_quota() {
+        assert_eq!(parse_cgroup_usage_us("usage_usec 1234\nuser_usec 1000\n"), Some(1234));
+        assert_eq!(parse_cgroup_usage_us("user_usec 1000\n"), None);
+        // 1.5 CPUs for 200 ms is 300 ms of CPU; 240 ms used leaves 20 %.
+        assert!((quota_idle_fraction(240_000, 200_000, 1.5).unwrap() - 0.2).abs() < 1e-9);
+        assert_eq!(quota_idle_fraction(500_000, 200_000, 1.5), Some(0.0), "bursts past the quota clamp");
+        assert_eq!(quota_idle_fraction(0, 0, 1.5), None);
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub struct HistorySample {
     /// Wait percentiles over the interval, microseconds (NaN: no waits).
     pub wait_p50_us: f64,
     pub wait_p99_us: f64,
+    /// Why the limit last changed (`adaptive::Reason`).
+    pub limit_reason: u8,
 }
 
 /// Ring bookkeeping; the samples themselves live in a caller-owned slice.

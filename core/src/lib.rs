@@ -11,10 +11,12 @@
 //! - [`classes`]: parsing and checking the class definitions.
 //! - [`histogram`]: the fixed-bucket wait-time histogram and its percentiles.
 //! - [`controller`]: how the worker moves the ticket count.
+//! - [`adaptive`]: how the worker moves the automatic limit.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
 pub mod admission;
 pub mod classes;
 pub mod controller;

@@ -321,8 +321,13 @@ impl Cluster {
 
     /// Wait until `gatekeeper.status` satisfies `cond`.
     pub fn wait_status(&self, desc: &str, cond: impl Fn(&Status) -> bool) -> Status {
+        self.wait_status_for(desc, Duration::from_secs(5), cond)
+    }
+
+    /// Wait up to `timeout` until `gatekeeper.status` satisfies `cond`.
+    pub fn wait_status_for(&self, desc: &str, timeout: Duration, cond: impl Fn(&Status) -> bool) -> Status {
         let mut last = None;
-        wait_until(desc, Duration::from_secs(5), || {
+        wait_until(desc, timeout, || {
             let s = self.status();
             let ok = cond(&s);
             last = Some(s);

@@ -1,0 +1,154 @@
+//! The adaptive limit (docs/DESIGN.md §9): with `max_active = 0` the worker
+//! grows the limit while sessions wait and the CPUs idle, shrinks it back
+//! while they are saturated, never grows it behind a lock pile-up, and a
+//! manual `max_active` or `active_per_cpu_max = 0` keeps it still.
+//!
+//! The floor is 1 per CPU here, so that a few sessions queue; gated sessions
+//! are role `app`, the observer is the exempt superuser. Stall relief is off,
+//! so that it cannot move places around beside the rule under test.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Running, Session, Status};
+
+fn conf(max_per_cpu: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("pg_gatekeeper.active_per_cpu", "1"),
+        ("pg_gatekeeper.active_per_cpu_max", max_per_cpu),
+        ("pg_gatekeeper.stall_timeout", "0"),
+        ("max_connections", "80"),
+    ]
+}
+
+/// Run `sql` on `s` again and again until `stop` is set.
+fn looping(s: Session, sql: &str, stop: &Arc<AtomicBool>) -> Running {
+    let sql = sql.to_string();
+    let stop = stop.clone();
+    s.spawn_with(move |c| {
+        while !stop.load(Ordering::Relaxed) {
+            c.batch_execute(&sql)?;
+        }
+        Ok(())
+    })
+}
+
+fn start_loops(c: &Cluster, prefix: &str, n: usize, sql: &str, stop: &Arc<AtomicBool>) -> Vec<Running> {
+    (0..n).map(|k| looping(c.app(&format!("{prefix}{k}")), sql, stop)).collect()
+}
+
+fn stop_loops(loops: Vec<Running>, stop: &Arc<AtomicBool>) {
+    stop.store(true, Ordering::Relaxed);
+    for r in loops {
+        r.join_ok(Duration::from_secs(30));
+    }
+}
+
+fn text(s: &Status, col: &str) -> String {
+    s.0[col].as_str().unwrap_or_else(|| panic!("gatekeeper.status.{col} is not text in {}", s.0)).to_string()
+}
+
+/// The limit at its floor, with the reason given, for `dur`.
+fn assert_stays(c: &Cluster, floor: i64, reason: &str, dur: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < dur {
+        let s = c.status();
+        assert_eq!(s.max_active(), floor, "the limit moved: {}", s.0);
+        assert_eq!(text(&s, "limit_reason"), reason, "{}", s.0);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const WAIT_BOUND: &str = "SELECT pg_sleep(0.02)";
+const CPU_BOUND: &str = "SELECT count(*) FROM generate_series(1, 1500000)";
+
+#[test]
+fn wait_bound_work_grows_the_limit_and_cpu_bound_work_brings_it_back() {
+    let c = Cluster::start(&conf("16"));
+    let s = c.status();
+    let cpus = s.0["effective_cpus"].as_f64().unwrap();
+    let floor = cpus.ceil() as i64;
+    assert_eq!(s.max_active(), floor, "{}", s.0);
+    assert_eq!((s.int("limit_min"), s.int("limit_max")), (floor, (cpus * 16.0).ceil() as i64));
+    assert_eq!(text(&s, "limit_reason"), "start");
+
+    // 24 sessions whose statements wait 20 ms each: the floor queues most
+    // of them while the CPUs idle.
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "sleep", 24, WAIT_BOUND, &stop);
+    let grown = c.wait_status_for("the limit grows past twice its floor", Duration::from_secs(15), |s| {
+        s.max_active() >= 2 * floor && text(s, "limit_reason") == "grow"
+    });
+    // Never past its ceiling, and never much past the 24 sessions there are
+    // to run: with nobody queued it stops growing.
+    std::thread::sleep(Duration::from_secs(2));
+    let s = c.status();
+    assert!(s.max_active() <= s.int("limit_max") && s.max_active() <= 24 + 24 / 8, "{}", s.0);
+    let grew_at = c.admin_i64("SELECT count(*) FROM gatekeeper.history WHERE limit_reason = 'grow'");
+    assert!(grew_at >= 1, "history shows the growth: {}", grown.0);
+
+    // The same sessions turn CPU-bound: the CPUs saturate and the limit
+    // comes back to its floor.
+    stop_loops(loops, &stop);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "cpu", 24, CPU_BOUND, &stop);
+    c.wait_status_for("the limit shrinks back to its floor", Duration::from_secs(20), |s| {
+        s.max_active() == floor && s.queued() > 0
+    });
+    let s = c.status();
+    assert_eq!(text(&s, "limit_reason"), "shrink", "{}", s.0);
+    stop_loops(loops, &stop);
+    c.assert_quiet();
+}
+
+#[test]
+fn a_lock_pile_up_never_grows_the_limit() {
+    let c = Cluster::start(&conf("16"));
+    c.admin_exec(
+        "CREATE TABLE hot (id int PRIMARY KEY, v int); INSERT INTO hot VALUES (1, 0); GRANT ALL ON hot TO app",
+    );
+    let floor = c.status().max_active();
+    // The exempt superuser holds the row; gated sessions queue behind it.
+    let mut owner = c.superuser("owner");
+    owner.ok("BEGIN; SELECT * FROM hot WHERE id = 1 FOR UPDATE");
+    let waiters: Vec<Running> =
+        (0..12).map(|k| c.app(&format!("upd{k}")).spawn("UPDATE hot SET v = v + 1 WHERE id = 1")).collect();
+    c.wait_status_for("the holders wait on the row and the rest queue", Duration::from_secs(5), |s| {
+        s.admitted() == floor && s.queued() == 12 - floor
+    });
+    // Ten CPU windows with idle CPUs and a queue: the holders only wait.
+    assert_stays(&c, floor, "start", Duration::from_secs(2));
+    owner.ok("COMMIT");
+    for w in waiters {
+        w.join_ok(Duration::from_secs(10));
+    }
+    c.assert_quiet();
+}
+
+#[test]
+fn a_manual_limit_or_a_zero_ceiling_keeps_it_still() {
+    let c = Cluster::start(&conf("0"));
+    let floor = c.status().max_active();
+    let s = c.status();
+    assert_eq!((s.int("limit_min"), s.int("limit_max")), (floor, floor));
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "sleep", 16, WAIT_BOUND, &stop);
+    c.wait_status_for("sessions queue", Duration::from_secs(5), |s| s.queued() > 0);
+    assert_stays(&c, floor, "fixed", Duration::from_secs(2));
+
+    c.set_conf(&[("pg_gatekeeper.max_active", "3")]);
+    let s = c.status();
+    assert_eq!((s.int("limit_min"), s.int("limit_max")), (3, 3));
+    assert_stays(&c, 3, "manual", Duration::from_secs(2));
+
+    // Back to automatic with room to grow: it starts from the floor.
+    c.set_conf(&[("pg_gatekeeper.max_active", "0"), ("pg_gatekeeper.active_per_cpu_max", "16")]);
+    c.wait_status_for("adaptation starts over and grows", Duration::from_secs(15), |s| {
+        s.max_active() > floor && text(s, "limit_reason") == "grow"
+    });
+    stop_loops(loops, &stop);
+    c.assert_quiet();
+}
