@@ -31,7 +31,8 @@ from util import HERE, log, parse_list, pick_port
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default="tpcb,select,slow", help="comma list of tpcb, select, slow")
+    p.add_argument("--workloads", default="tpcb,select,slow",
+                   help="comma list of %s" % ", ".join(WORKLOADS))
     p.add_argument("--clients", default="8,64,256,512,1000", help="comma list of client counts")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=int, default=16, help="seconds per pgbench run")
@@ -97,7 +98,7 @@ def parse_args(argv):
     a.workloads = parse_list(a.workloads)
     for w in a.workloads:
         if w not in WORKLOADS:
-            p.error("unknown workload %r (tpcb, select, slow)" % w)
+            p.error("unknown workload %r (%s)" % (w, ", ".join(WORKLOADS)))
     a.clients = parse_list(a.clients, int)
     a.configs = parse_list(a.configs)
     for c in a.configs:

@@ -13,6 +13,9 @@ WORKLOADS = {
     "select": ("select-only (-S), prepared protocol, loopback", ["-S"], "prepared"),
     "slow": ("slow client: BEGIN; SELECT; \\sleep 1 ms; SELECT; \\sleep 1 ms; UPDATE; END",
              ["-f", os.path.join(HERE, "slow_client.sql")], "simple"),
+    # pg_sleep stands in for I/O: the data fits in memory many times over here.
+    "wait": ("wait-bound: BEGIN; SELECT pg_sleep(0.005); UPDATE one account; END",
+             ["-f", os.path.join(HERE, "wait_bound.sql")], "simple"),
 }
 
 

@@ -21,6 +21,7 @@ TITLES = {
     "tpcb": "TPC-B-like, simple protocol, loopback",
     "select": "Select-only (-S -M prepared), loopback",
     "slow": "Slow client (BEGIN; SELECT; \\sleep 1 ms; SELECT; \\sleep 1 ms; UPDATE; END)",
+    "wait": "Wait-bound (BEGIN; SELECT pg_sleep(0.005), standing in for I/O; UPDATE one account; END)",
 }
 FAMILY_ORDER = {"bare": 0, "pgbouncer": 1, "gatekeeper": 2}
 

@@ -105,7 +105,8 @@ class Runner:
         if sampling is not None and sampling < 1.0:
             cmd += ["--sampling-rate", str(sampling)]
         cmd += wargs
-        if workload == "slow":
+        if "-f" in wargs:
+            # A script of our own: :scale is pgbench's -s, 1 unless given.
             cmd += ["-s", str(self.a.scale)]
         cmd.append("bench")
         return cmd, proto
