@@ -26,7 +26,7 @@ import sys
 
 from pgbench import WORKLOADS
 from schedule import Schedule
-from util import HERE, log, parse_list, pick_port
+from util import HERE, cpu_list, log, parse_list, pick_port, pin_split
 
 
 def parse_args(argv):
@@ -77,6 +77,11 @@ def parse_args(argv):
                    help="measure backend CPU per statement, library loaded vs not, 1 client, nothing queued")
     p.add_argument("--overhead-rounds", type=int, default=5)
     p.add_argument("--overhead-duration", type=int, default=20)
+    p.add_argument("--pin", nargs="?", const="auto", metavar="CLIENT:SERVER",
+                   help="client on its own CPUs: the server (postmaster, so every backend and the worker) and "
+                        "PgBouncer run on one set of CPUs, pgbench on the others (taskset). Alone: pgbench on "
+                        "the first quarter of the CPUs (at least one), the server on the rest (on 2 CPUs: "
+                        "pgbench on 0, the server on 1); or name both sets, e.g. --pin 0:1-3")
     p.add_argument("--pg-bin", default="/usr/lib/postgresql/15/bin")
     p.add_argument("--built-release", default="unknown", help=argparse.SUPPRESS)
     p.add_argument("--command-line", default=None, help=argparse.SUPPRESS)
@@ -117,6 +122,14 @@ def parse_args(argv):
             name = "gk-" + name
         variants.append((name, gk))
     a.gk_variants = variants
+    a.pin_mode = "pinned" if a.pin else "shared"
+    a.client_cpus = a.server_cpus = None
+    if a.pin:
+        try:
+            client, server = pin_split(a.pin, os.sched_getaffinity(0))
+        except ValueError as e:
+            p.error(str(e))
+        a.client_cpus, a.server_cpus = cpu_list(client), cpu_list(server)
     a.mode = "smoke" if a.smoke else "overhead" if a.overhead else "run"
     if a.overhead:
         a.clients = [1]
@@ -144,6 +157,8 @@ def main(argv):
         if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < want:
             sys.exit("open-file limit %d is too low for %d clients" % (
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0], max(a.clients)))
+    if a.pin and not shutil.which("taskset"):
+        sys.exit("--pin needs taskset (util-linux)")
     a.port = pick_port(a.port)
     a.pgbouncer_port = pick_port(a.pgbouncer_port, avoid=(a.port,))
     ver = subprocess.run(["pgbouncer", "--version"], stdout=subprocess.PIPE, text=True).stdout

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import time
 
-from util import as_postgres, clean_env, open_files_limit
+from util import as_postgres, clean_env, open_files_limit, pinned
 
 # --------------------------------------------------------------------------
 # PgBouncer
@@ -70,9 +70,10 @@ pidfile = {self.pidfile}
         # and PgBouncer does not raise it: with 1000 clients a pool of 32
         # then ran out of descriptors for its server connections ("sbuf_connect
         # failed: Too many open files") and worked with about 20 of them.
-        self.proc = subprocess.Popen(as_postgres(["prlimit", "--nofile=%d:" % self.nofile,
-                                                  "pgbouncer", self.ini]), env=clean_env(),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # With --pin it shares the server's CPUs, as on a database host.
+        self.proc = subprocess.Popen(as_postgres(pinned(self.a.server_cpus, [
+                                         "prlimit", "--nofile=%d:" % self.nofile, "pgbouncer", self.ini])),
+                                     env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 15
         while not self._listening():
             if self.proc.poll() is not None:

@@ -5,7 +5,7 @@ import re
 import shutil
 import time
 
-from util import as_postgres, log, run
+from util import as_postgres, log, parse_cpu_list, pinned, proc_cpus, run
 
 # --------------------------------------------------------------------------
 # the cluster
@@ -186,8 +186,10 @@ class Cluster:
                 for k, v in gk.items():
                     f.write("%s = '%s'\n" % (k, v))
         shutil.chown(path, "postgres", "postgres")
-        run(as_postgres([os.path.join(self.bin, "pg_ctl"), "-D", self.data, "-l", self.logfile,
-                         "-w", "-t", "120", "start"]))
+        # With --pin the postmaster starts on the server's CPUs: its backends
+        # and the worker inherit them, and the gate counts them as its CPUs.
+        run(as_postgres(pinned(self.a.server_cpus, [os.path.join(self.bin, "pg_ctl"), "-D", self.data,
+                                                    "-l", self.logfile, "-w", "-t", "120", "start"])))
         self.running = True
         self.loaded = gk
         if gk is not None:
@@ -230,6 +232,15 @@ class Cluster:
                 return int(f.readline())
         except (OSError, ValueError):
             return None
+
+    def check_affinity(self, pid, what):
+        """The Cpus_allowed_list of a server process; with --pin, an error
+        unless it is the server's set."""
+        got = proc_cpus(pid) if pid else None
+        if self.a.server_cpus and (got is None or parse_cpu_list(got) != parse_cpu_list(self.a.server_cpus)):
+            raise RuntimeError("%s (pid %s) may run on CPUs %s, not on the server's %s" % (
+                what, pid, got, self.a.server_cpus))
+        return got or ""
 
     def worker_pid(self):
         """The worker has no database connection, so it is not in

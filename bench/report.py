@@ -92,6 +92,15 @@ def window_range(rows):
     return ": %.1f–%.1f s in this run" % (min(w), max(w))
 
 
+def placement(meta):
+    """Where the server, PgBouncer and pgbench ran (bench.py --pin)."""
+    if meta.get("pin_mode") == "pinned":
+        return ("pinned (`--pin`): the server (postmaster, backends, the gate's worker) and PgBouncer on "
+                "CPU(s) %s, pgbench on CPU(s) %s, with `taskset`; the gate counts the server's CPUs" % (
+                    meta.get("server_cpus"), meta.get("client_cpus")))
+    return "shared: the server, PgBouncer and pgbench all on CPU(s) %s" % (meta.get("server_cpus") or "?")
+
+
 def machine_block(meta, rows):
     lines = []
     if meta:
@@ -127,6 +136,7 @@ def machine_block(meta, rows):
                          "the same for every configuration. pgbench's whole-run figures are in the CSV "
                          "(`tps_whole_run`)" % (
                              span, (meta.get("duration_s") or 0) - warm, window_range(rows), tail))
+        lines.append("- **CPUs:** " + placement(meta))
         ss = meta.get("server_settings", {})
         shown = {k: v for k, v in ss.items()
                  if k not in ("listen_addresses", "port", "unix_socket_directories", "logging_collector",

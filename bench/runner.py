@@ -14,7 +14,7 @@ import time
 from bouncer import Bouncer
 from cluster import Cluster
 from pgbench import WORKLOADS, parse_pgbench, read_logs
-from util import clean_env, log, percentile, proc_cpu_ns
+from util import clean_env, cpu_list, log, parse_cpu_list, percentile, pinned, proc_cpu_ns
 
 CSV_FIELDS = [
     "started_at", "workload", "config", "family", "pool_size", "clients", "round",
@@ -28,6 +28,7 @@ CSV_FIELDS = [
     "gk_running_avg", "gk_queued_avg", "gk_queued_max", "gk_admitted", "gk_waited",
     "gk_overflow", "gk_timeouts", "gk_wait_p99_ms", "gk_settings",
     "backend_cpu_us_per_xact", "cpu_window_xacts",
+    "pin_mode", "server_cpus", "client_cpus",
 ]
 
 
@@ -42,6 +43,8 @@ class Runner:
         self.failures = []
         self.csv_path = os.path.join(args.out, "results.csv")
         self.ncpu = len(os.sched_getaffinity(0))
+        # The database host's CPUs: PgBouncer's "2xcpu" pool is sized by them.
+        self.server_ncpu = len(parse_cpu_list(args.server_cpus)) if args.server_cpus else self.ncpu
         self.run_seq = 0
         self.sample_note = ""
 
@@ -77,7 +80,7 @@ class Runner:
     def pools(self):
         seen = []
         for p in self.a.pools:
-            v = 2 * self.ncpu if p == "2xcpu" else int(p)
+            v = 2 * self.server_ncpu if p == "2xcpu" else int(p)
             if v not in seen:
                 seen.append(v)
         return seen
@@ -125,7 +128,8 @@ class Runner:
         row.update(started_at=dt.datetime.now().isoformat(timespec="seconds"), workload=label or workload,
                    config=cfg["name"], family=cfg["family"], pool_size=cfg["pool"] or "",
                    clients=clients, round=rnd, duration_s=duration, status="ok",
-                   gk_settings=";".join("%s=%s" % kv for kv in (cfg["gk"] or {}).items()))
+                   gk_settings=";".join("%s=%s" % kv for kv in (cfg["gk"] or {}).items()),
+                   pin_mode=a.pin_mode, client_cpus=a.client_cpus or cpu_list(os.sched_getaffinity(0)))
         log_off = self.cluster.log_size()
         errs, out, cmd = [], "", []
         try:
@@ -169,9 +173,15 @@ class Runner:
         if gk:
             c.sql("SELECT gatekeeper.reset()")
             wpid = c.worker_pid()
+        # Where the server may run, as its postmaster (and so every backend
+        # and the worker) sees it; with --pin, checked against the set asked for.
+        row["server_cpus"] = c.check_affinity(c.postmaster_pid(), "the postmaster")
+        if wpid:
+            c.check_affinity(wpid, "the pg_gatekeeper worker")
         if cfg["family"] == "pgbouncer":
             self.bouncer = Bouncer(a, c, cfg["pool"], clients)
             self.bouncer.start()
+            c.check_affinity(self.bouncer.pid, "PgBouncer")
         cmd, proto = self.pgbench_cmd(workload, cfg, clients, duration, prefix,
                                       None if cpu_window_backend else a.sampling_rate)
         row["protocol"] = proto
@@ -183,7 +193,8 @@ class Runner:
         # cannot have, whichever configuration serves it.
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         outf = open(prefix + ".out", "w")
-        self.pgbench = subprocess.Popen(cmd, stdout=outf, stderr=subprocess.STDOUT, env=clean_env())
+        self.pgbench = subprocess.Popen(pinned(a.client_cpus, cmd), stdout=outf, stderr=subprocess.STDOUT,
+                                        env=clean_env())
         window = None
         backend_cpu = None
         try:

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from runner import Runner
-from util import REPO, fmt_hms, log, percentile
+from util import REPO, cpu_list, fmt_hms, log, percentile
 
 
 class Schedule(Runner):
@@ -38,6 +38,9 @@ class Schedule(Runner):
         cfgs = self.configs()
         steps = [] if a.overhead else self.plan()
         log("pg_gatekeeper bench: %d CPUs, output %s" % (self.ncpu, a.out))
+        if a.server_cpus:
+            log("pinned: server and PgBouncer on CPUs %s, pgbench on CPUs %s (taskset)" % (
+                a.server_cpus, a.client_cpus))
         if a.overhead:
             n = 2 * a.overhead_rounds
             log("overhead mode: %d runs of %d s (1 client, select-only, -M prepared)" % (n, a.overhead_duration))
@@ -169,5 +172,9 @@ class Schedule(Runner):
             "gatekeeper_variants": {n: g for n, g in a.gk_variants},
             "overhead_rounds": a.overhead_rounds if a.overhead else None,
             "overhead_duration_s": a.overhead_duration if a.overhead else None,
+            "pin_mode": a.pin_mode,
+            "server_cpus": a.server_cpus or self.cluster.check_affinity(self.cluster.postmaster_pid(),
+                                                                        "the postmaster"),
+            "client_cpus": a.client_cpus or cpu_list(os.sched_getaffinity(0)),
         }
         return meta

@@ -128,3 +128,71 @@ def percentile(sorted_vals, q):
     lo, hi = math.floor(k), math.ceil(k)
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
 
+
+
+# --------------------------------------------------------------------------
+# CPU sets (--pin)
+
+def parse_cpu_list(s):
+    """'0-2,5' -> {0, 1, 2, 5} (the format of taskset -c and Cpus_allowed_list)."""
+    cpus = set()
+    for part in s.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def cpu_list(cpus):
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    out, run_ = [], []
+    for c in sorted(cpus):
+        if run_ and c == run_[-1] + 1:
+            run_.append(c)
+            continue
+        if run_:
+            out.append(str(run_[0]) if len(run_) == 1 else "%d-%d" % (run_[0], run_[-1]))
+        run_ = [c]
+    if run_:
+        out.append(str(run_[0]) if len(run_) == 1 else "%d-%d" % (run_[0], run_[-1]))
+    return ",".join(out)
+
+
+def proc_cpus(pid):
+    """A process's Cpus_allowed_list (what it may run on), or None."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def pin_split(spec, available):
+    """(client CPUs, server CPUs) for --pin: SPEC 'auto' puts pgbench on the
+    first quarter of the available CPUs (at least one) and the server and
+    PgBouncer on the rest; 'CLIENT:SERVER' names both sets (taskset -c lists)."""
+    available = sorted(available)
+    if spec == "auto":
+        if len(available) < 2:
+            raise ValueError("--pin needs at least 2 CPUs (this process may use %s)" % cpu_list(available))
+        n = max(1, len(available) // 4)
+        return set(available[:n]), set(available[n:])
+    client, sep, server = spec.partition(":")
+    if not sep:
+        raise ValueError("--pin takes CLIENT:SERVER CPU lists, e.g. 0:1-3")
+    client, server = parse_cpu_list(client), parse_cpu_list(server)
+    if not client or not server or client & server:
+        raise ValueError("--pin %s: both sets must be non-empty and disjoint" % spec)
+    if not (client | server) <= set(available):
+        raise ValueError("--pin %s: this process may only use CPUs %s" % (spec, cpu_list(available)))
+    return client, server
+
+
+def pinned(cpus, cmd):
+    """cmd run on the CPUs `cpus` (a taskset -c list), or as is when None."""
+    return ["taskset", "-c", cpus] + cmd if cpus else cmd
