@@ -202,6 +202,7 @@ pub fn apply() {
             l.status.reason = reason as u8;
             l.status.changed_at_us = now;
         }
+        l.gate.set_bypass(gucs::queue_bypass());
         l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
         l.gate.set_classes(&list, now, wake)
     });

@@ -368,7 +368,7 @@ impl Cluster {
         assert!(st.success(), "kill -{signal} {pid}");
     }
 
-    // -- added for the chaos and restart tests (tests/chaos.rs) ---------------
+    // -- added for the chaos and restart tests (tests/chaos/) ---------------
 
     /// Like [`Cluster::connect`], but a failure is returned instead of
     /// panicking (for clients that reconnect while the server is busy).
