@@ -17,6 +17,8 @@
 #   --rounds N (3)   --duration S (16)   --warmup S (6)   --scale N (10)
 #   --clients LIST (64,256,1000)   client counts of the CPU-bound workload (TPC-B)
 #   --wait-clients LIST (200)      client counts of the wait-bound workload
+#   --fixed LIST ("1 2 4 8")       per-CPU factors of the fixed gates
+#   --pools LIST (2xcpu,8,32)      PgBouncer pool sizes (bench.py --pools)
 #   --out DIR        default bench/results/adaptive-<timestamp>
 #   --workdir DIR    where bench.py's throw-away clusters live (its --workdir)
 #   --smoke          1 round, 2 s runs, no warm-up, scale 1, 16 clients CPU-bound and
@@ -57,6 +59,8 @@ while [ $# -gt 0 ]; do
     --scale) scale=$2; shift ;;
     --clients) clients=$2; shift ;;
     --wait-clients) wait_clients=$2; shift ;;
+    --fixed) fixed=${2//,/ }; shift ;;
+    --pools) pools=$2; shift ;;
     --out) out=$2; shift ;;
     --workdir) workdir=(--workdir "$2"); shift ;;
     --smoke) smoke=1 ;;

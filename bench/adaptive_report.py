@@ -169,13 +169,15 @@ def section(mode, w, rows):
         out.append("The gates (medians): the worker's CPU, the limit (`max_active`) read just after the run, "
                    "and tickets and queue from `gatekeeper.history` during it:")
         out.append("")
-        out.append("| clients | gate | worker CPU, % of a core | limit after the run | tickets avg (max) | "
-                   "queued avg (max) |")
-        out.append("|---:|---|---:|---:|---:|---:|")
+        out.append("| clients | gate | worker CPU, % of a core | limit during the run: avg (min-max) | "
+                   "limit after the run | tickets avg (max) | queued avg (max) |")
+        out.append("|---:|---|---:|---:|---:|---:|---:|")
         for c in clients:
             for g in gates:
-                out.append("| %d | %s | %s | %s | %s (%s) | %s (%s) |" % (
-                    c, g, fmt(med(c, g, "worker_cpu_pct"), "pct"), fmt(med(c, g, "gk_max_active"), "tps"),
+                out.append("| %d | %s | %s | %s (%s-%s) | %s | %s (%s) | %s (%s) |" % (
+                    c, g, fmt(med(c, g, "worker_cpu_pct"), "pct"),
+                    fmt(med(c, g, "gk_limit_avg"), "pct"), fmt(med(c, g, "gk_limit_min"), "tps"),
+                    fmt(med(c, g, "gk_limit_max"), "tps"), fmt(med(c, g, "gk_max_active"), "tps"),
                     fmt(med(c, g, "gk_tickets_avg"), "pct"), fmt(med(c, g, "gk_tickets_max"), "tps"),
                     fmt(med(c, g, "gk_queued_avg"), "pct"), fmt(med(c, g, "gk_queued_max"), "tps")))
         out.append("")

@@ -27,6 +27,7 @@ CSV_FIELDS = [
     "gk_max_active", "gk_ticket_ceiling", "gk_tickets_end", "gk_tickets_avg", "gk_tickets_max",
     "gk_running_avg", "gk_queued_avg", "gk_queued_max", "gk_admitted", "gk_waited",
     "gk_overflow", "gk_timeouts", "gk_wait_p99_ms", "gk_settings",
+    "gk_limit_avg", "gk_limit_min", "gk_limit_max", "gk_limit_reason",
     "backend_cpu_us_per_xact", "cpu_window_xacts",
     "pin_mode", "server_cpus", "client_cpus",
 ]
@@ -335,12 +336,16 @@ class Runner:
                              "gk_waited", "gk_overflow", "gk_timeouts", "gk_wait_p99_ms"], st):
                 row[k] = v
         h = c.sql_row("SELECT round(avg(tickets), 1), max(tickets), round(avg(running), 1), "
-                      "round(avg(queued), 1), max(queued) FROM gatekeeper.history "
+                      "round(avg(queued), 1), max(queued), round(avg(max_active), 1), min(max_active), "
+                      "max(max_active) FROM gatekeeper.history "
                       "WHERE sample_time BETWEEN to_timestamp(%f) AND to_timestamp(%f)" % (t0, t1))
         if h:
             for k, v in zip(["gk_tickets_avg", "gk_tickets_max", "gk_running_avg", "gk_queued_avg",
-                             "gk_queued_max"], h):
+                             "gk_queued_max", "gk_limit_avg", "gk_limit_min", "gk_limit_max"], h):
                 row[k] = v
+        r = c.sql_row("SELECT limit_reason FROM gatekeeper.status")
+        if r:
+            row["gk_limit_reason"] = r[0]
 
     def write_row(self, row):
         self.rows.append(row)

@@ -52,6 +52,12 @@ pub fn waits_on_client(procno: usize) -> bool {
     wait_class(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
+/// Whether the process in PGPROC `procno` computes: it reports no wait
+/// event, so it is on a CPU or waiting for one.
+pub fn computes(procno: usize) -> bool {
+    wait_class(procno) == 0
+}
+
 /// Whether the process in PGPROC `procno` waits on a lock, heavyweight or
 /// lightweight: it waits for another backend, not for work of its own.
 pub fn waits_on_lock(procno: usize) -> bool {

@@ -180,8 +180,8 @@ fn sample_and_steer(
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, bool)> = vec![];
-    let (busy, working) = shmem::with_gate_shared(|l| {
-        let (mut busy, mut working) = (0u32, 0u32);
+    let (busy, working, computing) = shmem::with_gate_shared(|l| {
+        let (mut busy, mut working, mut computing) = (0u32, 0u32, 0u32);
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state != SlotState::Admitted {
                 continue;
@@ -191,11 +191,12 @@ fn sample_and_steer(
             let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
             busy += uses_server as u32;
             working += (uses_server && !stalled && !procs::waits_on_lock(i)) as u32;
+            computing += (!stalled && procs::computes(i)) as u32;
             if stalled != s.stalled {
                 changes.push((i, stalled));
             }
         }
-        (busy, working)
+        (busy, working, computing)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     shmem::with_gate_waking(|mut l, wake| {
@@ -222,12 +223,16 @@ fn sample_and_steer(
         };
         l.status.running_avg = avg;
         l.status.working_avg = working_avg;
+        // Smoothed whether or not sessions wait: shrinking needs it too.
+        let prev = l.status.computing_avg;
+        l.status.computing_avg = controller::smooth(prev.is_finite().then_some(prev), computing, h.limit);
         if let Some(idle) = window_idle {
             let signals = adaptive::Signals {
                 limit: h.limit,
                 bounds: l.status.bounds,
                 queued: h.queued,
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
+                computing: l.status.computing_avg,
                 cpu_idle: idle,
             };
             // Only an automatic limit adapts; a manual one has equal bounds.
