@@ -97,8 +97,12 @@ pub fn cpu_budget() -> (f64, CpuSource) {
     (effective, source)
 }
 
+/// Shortest window over which the CPUs' idle fraction is measured:
+/// /proc/stat counts in 10 ms ticks, so shorter windows are too coarse.
+const CPU_WINDOW_US: i64 = 200_000;
+
 /// The idle fraction of the CPUs the server may use, per window of
-/// `adaptive::WINDOW_US`: from `/proc/stat` over the affinity set, or from
+/// [`CPU_WINDOW_US`]: from `/proc/stat` over the affinity set, or from
 /// the cgroup's usage against its quota when that is tighter.
 pub struct CpuMeter {
     source: CpuSource,
@@ -134,15 +138,15 @@ impl CpuMeter {
         }
     }
 
-    /// At the end of each window, its idle fraction; `None` within one.
-    pub fn window(&mut self, now: i64) -> Option<f64> {
-        if self.last.is_some_and(|(at, _)| now - at < adaptive::WINDOW_US && now >= at) {
-            return None;
+    /// At the end of each window, measure its idle fraction into `idle`.
+    pub fn tick(&mut self, now: i64) {
+        if self.last.is_some_and(|(at, _)| now - at < CPU_WINDOW_US && now >= at) {
+            return;
         }
-        let cur = self.read()?;
+        let Some(cur) = self.read() else { return };
         // A window that ran long (the worker slept: nothing was queued)
         // would describe the quiet time before a burst: start afresh.
-        let fresh = self.last.filter(|(at, _)| now - at <= 2 * adaptive::WINDOW_US && now >= *at);
+        let fresh = self.last.filter(|(at, _)| now - at <= 2 * CPU_WINDOW_US && now >= *at);
         let measured = fresh.and_then(|(at, prev)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
             CpuSource::Quota(_, q) => {
@@ -153,7 +157,6 @@ impl CpuMeter {
         if let Some(f) = measured {
             self.idle = f;
         }
-        measured
     }
 }
 

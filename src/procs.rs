@@ -52,16 +52,12 @@ pub fn waits_on_client(procno: usize) -> bool {
     wait_class(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
-/// Whether the process in PGPROC `procno` computes: it reports no wait
-/// event, so it is on a CPU or waiting for one.
-pub fn computes(procno: usize) -> bool {
-    wait_class(procno) == 0
-}
-
-/// Whether the process in PGPROC `procno` waits on a lock, heavyweight or
-/// lightweight: it waits for another backend, not for work of its own.
+/// Whether the process in PGPROC `procno` waits on a heavyweight lock (a
+/// table, row or transaction lock): it waits for another transaction, not
+/// for work of its own. LWLock waits (WAL writes, buffers) are short and
+/// part of the work, and do not count.
 pub fn waits_on_lock(procno: usize) -> bool {
-    matches!(wait_class(procno), pg_sys::PG_WAIT_LOCK | pg_sys::PG_WAIT_LWLOCK)
+    wait_class(procno) == pg_sys::PG_WAIT_LOCK
 }
 
 /// PIDs of every process that waits on a heavyweight lock.

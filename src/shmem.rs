@@ -80,9 +80,6 @@ pub struct LimitStatus {
     /// Holders doing work (not waiting on their client or a lock), smoothed
     /// while a queue exists; NaN when none.
     pub working_avg: f64,
-    /// Holders computing (no wait event), smoothed over the samples; NaN
-    /// before the first.
-    pub computing_avg: f64,
 }
 
 impl LimitStatus {
@@ -166,7 +163,6 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 ceiling: resolved.ticket_ceiling,
                 running_avg: f64::NAN,
                 working_avg: f64::NAN,
-                computing_avg: f64::NAN,
                 cpu_idle: 1.0,
                 bounds: resolved.bounds,
                 reason: reason as u8,

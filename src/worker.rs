@@ -8,8 +8,8 @@
 //!   else, lock waits included, is, unless it is stalled: its run has lasted
 //!   `stall_timeout`. Stalled holders give their place to the queue. With
 //!   the CPUs' idle fraction (`limit::CpuMeter`), the controller then moves
-//!   the ticket count, and at the end of each CPU window an automatic limit
-//!   adapts (`gatekeeper_core::adaptive`).
+//!   the ticket count, and at the end of each throughput window an automatic
+//!   limit adapts (`gatekeeper_core::adaptive`).
 //! - Breaks deadlocks between holders and parked sessions (`deadlock`).
 //! - Records a history sample every `history_interval`.
 //!
@@ -20,7 +20,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use gatekeeper_core::adaptive::{self, Reason};
+use gatekeeper_core::adaptive;
 use gatekeeper_core::controller;
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
@@ -47,6 +47,34 @@ pub fn register() {
         .set_start_time(BgWorkerStartTime::ConsistentState)
         .set_restart_time(Some(Duration::from_secs(1)))
         .load();
+}
+
+/// The adaptive limit's state between samples: the probe under way and
+/// the current throughput window.
+#[derive(Default)]
+struct Adapt {
+    climber: adaptive::Climber,
+    /// When the window began, and the admissions counter then.
+    window: Option<(i64, u64)>,
+}
+
+impl Adapt {
+    /// At the end of each window, the admissions per second over it. A
+    /// window that ran past twice its length (the worker slept: nobody was
+    /// queued) describes the quiet before a burst, and starts afresh.
+    fn tput(&mut self, now: i64, admitted: u64) -> Option<f64> {
+        match self.window {
+            Some((at, _)) if now >= at && now - at < adaptive::WINDOW_US => None,
+            Some((at, n)) if now >= at && now - at <= 2 * adaptive::WINDOW_US => {
+                self.window = Some((now, admitted));
+                Some(admitted.saturating_sub(n) as f64 * 1e6 / (now - at) as f64)
+            }
+            _ => {
+                self.window = Some((now, admitted));
+                None
+            }
+        }
+    }
 }
 
 /// What the worker remembers between history samples.
@@ -77,6 +105,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_deadlock_us = 0;
     let mut last_now = now;
     let mut cpu = limit::CpuMeter::new();
+    let mut adapt = Adapt::default();
     let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
     let mut hist = shmem::with_gate_shared(|l| {
@@ -126,8 +155,8 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let interval_us = gucs::sample_interval_ms() as i64 * 1000;
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
-            let window = cpu.window(now);
-            sample_and_steer(now, cpu.idle, window, &mut demand)
+            cpu.tick(now);
+            sample_and_steer(now, cpu.idle, &mut adapt, &mut demand)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -170,18 +199,13 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// lasted `stall_timeout`: a long statement, or a lock wait, which is part
 /// of one. A stalled holder that waits on its client again, or starts a
 /// new statement, is not stalled any more and counts again.
-fn sample_and_steer(
-    now: i64,
-    cpu_idle: f64,
-    window_idle: Option<f64>,
-    demand: &mut controller::DemandWindow,
-) -> (u32, u32) {
+fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut controller::DemandWindow) -> (u32, u32) {
     let stall_us = gucs::stall_timeout_us();
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, bool)> = vec![];
-    let (busy, working, computing) = shmem::with_gate_shared(|l| {
-        let (mut busy, mut working, mut computing) = (0u32, 0u32, 0u32);
+    let (busy, working) = shmem::with_gate_shared(|l| {
+        let (mut busy, mut working) = (0u32, 0u32);
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state != SlotState::Admitted {
                 continue;
@@ -191,12 +215,11 @@ fn sample_and_steer(
             let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
             busy += uses_server as u32;
             working += (uses_server && !stalled && !procs::waits_on_lock(i)) as u32;
-            computing += (!stalled && procs::computes(i)) as u32;
             if stalled != s.stalled {
                 changes.push((i, stalled));
             }
         }
-        (busy, working, computing)
+        (busy, working)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     shmem::with_gate_waking(|mut l, wake| {
@@ -223,26 +246,20 @@ fn sample_and_steer(
         };
         l.status.running_avg = avg;
         l.status.working_avg = working_avg;
-        // Smoothed whether or not sessions wait: shrinking needs it too.
-        let prev = l.status.computing_avg;
-        l.status.computing_avg = controller::smooth(prev.is_finite().then_some(prev), computing, h.limit);
-        if let Some(idle) = window_idle {
+        // Only an automatic limit adapts; a manual one has equal bounds.
+        if let Some(tput) = adapt.tput(now, h.counters.admitted) {
             let signals = adaptive::Signals {
                 limit: h.limit,
                 bounds: l.status.bounds,
                 queued: h.queued,
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
-                computing: l.status.computing_avg,
-                cpu_idle: idle,
+                tput,
             };
-            // Only an automatic limit adapts; a manual one has equal bounds.
-            if l.status.reason() != Reason::Manual {
-                if let Some((limit, reason)) = adaptive::next_limit(signals) {
-                    l.status.reason = reason as u8;
-                    l.status.changed_at_us = now;
-                    let ceiling = l.status.ceiling.max(limit);
-                    l.gate.set_limit(limit, ceiling, now, wake);
-                }
+            if let Some((limit, reason)) = adapt.climber.next_limit(signals) {
+                l.status.reason = reason as u8;
+                l.status.changed_at_us = now;
+                let ceiling = l.status.ceiling.max(limit);
+                l.gate.set_limit(limit, ceiling, now, wake);
             }
         }
         let h = *l.gate.header();
