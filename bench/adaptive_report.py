@@ -164,6 +164,16 @@ def section(mode, w, rows):
                 ratio(med(c, ADAPTIVE, "p99_latency_ms"), med(c, bp[0], "p99_latency_ms")) if bp else "–",
                 fmt(med(c, ADAPTIVE, "worker_cpu_pct"), "pct")))
         out.append("")
+    out.append("The machine's CPUs over each run (medians): idle %, and CPU pressure (PSI \"some\": "
+               "the share of time a runnable task waited for a CPU) %:")
+    out.append("")
+    out.append("| configuration | " + " | ".join("%d clients: idle | pressure" % c for c in clients) + " |")
+    out.append("|---|" + "---:|---:|" * len(clients))
+    for cfg in cfgs:
+        out.append("| %s | %s |" % (cfg, " | ".join(
+            "%s | %s" % (fmt(med(c, cfg, "cpu_idle_pct"), "pct"), fmt(med(c, cfg, "cpu_pressure_some_pct"), "pct"))
+            for c in clients)))
+    out.append("")
     gates = [g for g in cfgs if g == ADAPTIVE or fixed_n(g) is not None]
     if gates:
         out.append("The gates (medians): the worker's CPU, the limit (`max_active`) read just after the run, "

@@ -10,15 +10,19 @@
 #   gate-nostall  pg_gatekeeper with stall relief off (pg_gatekeeper.stall_timeout = 0): before stall relief
 #   gate-class  pg_gatekeeper with the reports' role in a class capped at 2
 #   gate-stall-T  pg_gatekeeper with pg_gatekeeper.stall_timeout = T (e.g. gate-stall-100ms), for choosing the default
+#   gate-fixed  pg_gatekeeper with the automatic limit fixed at its floor (active_per_cpu_max = 0):
+#               the gate before the adaptive limit
 # MIXED_CONFIGS="..." picks and orders the configurations.
 # Figures per run: OLTP tps and p99 latency (ms) from pgbench's per-transaction
 # log, and the number of reports completed. Writes DIR/results.csv and
 # DIR/summary.md (medians and min-max over the rounds).
 # Needs root (servers run as postgres) and a release build installed
-# (cargo pgrx install --release). PostgreSQL's bin directory: $PG_BIN.
+# (cargo pgrx install --release). PostgreSQL's bin directory: $PG_BIN, by
+# default that of PG_MAJOR (scripts/pg_env.sh; 15 by default).
 set -euo pipefail
 
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+source "$(dirname "$0")/../scripts/pg_env.sh"
+PG_BIN=${PG_BIN:-$PG_BINDIR}
 clients=64 reports=8 duration=40 rounds=3 scale=10
 out=bench/results/mixed-$(date +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
@@ -106,6 +110,7 @@ one_run() { # config round
     gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
     gate-stall-*) start pg_gatekeeper "pg_gatekeeper.stall_timeout = '${cfg#gate-stall-}'" ;;
     gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'" ;;
+    gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;
   esac
   sleep 1
   local tag="$cfg-$rnd" done_file="$work/reports-$cfg-$rnd"

@@ -12,7 +12,8 @@
 set -euo pipefail
 N1=${1:-500}
 N2=${2:-2500}
-BIN=/usr/lib/postgresql/15/bin
+source "$(dirname "$0")/../scripts/pg_env.sh"
+BIN=$PG_BINDIR
 source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }

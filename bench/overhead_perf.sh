@@ -31,7 +31,8 @@ case $workload in
   tpcb) wargs=(-M simple) ;;
   *) echo "workload must be select or tpcb" >&2; exit 2 ;;
 esac
-BIN=/usr/lib/postgresql/15/bin
+source "$(dirname "$0")/../scripts/pg_env.sh"
+BIN=$PG_BINDIR
 source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
 command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }

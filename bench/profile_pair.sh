@@ -19,7 +19,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+source "$(dirname "$0")/../scripts/pg_env.sh"
+PG_BIN=${PG_BIN:-$PG_BINDIR}
 work=/var/tmp/pg_gatekeeper_bench
 clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0
 while [[ $# -gt 0 ]]; do

@@ -14,7 +14,7 @@ import time
 from bouncer import Bouncer
 from cluster import Cluster
 from pgbench import WORKLOADS, parse_pgbench, read_logs
-from util import clean_env, cpu_list, log, parse_cpu_list, percentile, pinned, proc_cpu_ns
+from util import clean_env, cpu_list, log, machine_cpu, parse_cpu_list, percentile, pinned, proc_cpu_ns
 
 CSV_FIELDS = [
     "started_at", "workload", "config", "family", "pool_size", "clients", "round",
@@ -30,6 +30,7 @@ CSV_FIELDS = [
     "gk_limit_avg", "gk_limit_min", "gk_limit_max", "gk_limit_reason",
     "backend_cpu_us_per_xact", "cpu_window_xacts",
     "pin_mode", "server_cpus", "client_cpus",
+    "cpu_idle_pct", "cpu_pressure_some_pct",
 ]
 
 
@@ -188,6 +189,7 @@ class Runner:
         row["protocol"] = proto
         w0 = proc_cpu_ns(wpid) if wpid else None
         b0 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
+        m0 = machine_cpu()
         t0 = time.time()
         # pgbench runs on the same machine: its CPU time (user + system, from
         # the children's rusage once it has been waited for) is CPU the server
@@ -217,8 +219,16 @@ class Runner:
         self.pgbench = None
         w1 = proc_cpu_ns(wpid) if wpid else None
         b1 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
+        m1 = machine_cpu()
         wall = t1 - t0
         row["wall_s"] = round(wall, 2)
+        # The whole machine over the run: how idle its CPUs were, and the share
+        # of time some runnable task waited for one (PSI).
+        ticks = (m1[0] - m0[0]) + (m1[1] - m0[1])
+        if ticks > 0:
+            row["cpu_idle_pct"] = round((m1[1] - m0[1]) / ticks * 100, 1)
+        if m0[2] is not None and m1[2] is not None:
+            row["cpu_pressure_some_pct"] = round((m1[2] - m0[2]) / 1e6 / wall * 100, 1)
         if w0 is not None and w1 is not None:
             row["worker_cpu_ms"] = round((w1 - w0) / 1e6, 1)
             row["worker_cpu_pct"] = round((w1 - w0) / 1e9 / wall * 100, 2)

@@ -52,6 +52,24 @@ def run(cmd, check=True, capture=True, timeout=None, **kw):
     return r
 
 
+def machine_cpu():
+    """(busy, idle) ticks of the whole machine from /proc/stat (idle includes
+    iowait), and the CPU pressure stall total ("some", microseconds) from
+    /proc/pressure/cpu, or None where the kernel has no PSI."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    busy, idle = v[0] + v[1] + v[2] + sum(v[5:8]), v[3] + v[4]
+    some = None
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some "):
+                    some = int(line.split("total=")[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return busy, idle, some
+
+
 def proc_cpu_ns(pid):
     """CPU time of a process (all its threads), ns; None if it is gone."""
     try:

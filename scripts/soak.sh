@@ -36,7 +36,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+source "$(dirname "$0")/pg_env.sh"
+PG_BIN=${PG_BIN:-$PG_BINDIR}
 PG_CONFIG=$PG_BIN/pg_config
 
 duration=600 clients=1000 jobs=2 scale=10 max_active= sample_every=60 nsample=20
