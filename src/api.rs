@@ -198,7 +198,7 @@ fn status() -> TableIterator<
         if snap.status.reason() == Reason::Manual { "manual" } else { "auto" },
         snap.status.effective_cpus,
         h.tickets as i32,
-        snap.status.ceiling as i32,
+        snap.status.ceiling.max(h.limit) as i32,
         h.holders as i32,
         count("active"),
         snap.status.running as i32,

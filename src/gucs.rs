@@ -29,9 +29,6 @@ static ACTIVE_PER_CPU_MAX: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTI
 static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// How many times a queue's head may be passed over for its newest waiter,
-/// whose backend ran last; 0 = strict first in, first out.
-static QUEUE_BYPASS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait in the queue, in ms; 0 waits forever.
 static QUEUE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_QUEUE_TIMEOUT_MS);
 /// Most sessions allowed in the queue; 0 = unlimited.
@@ -59,9 +56,9 @@ static CLASSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new
 static CLASS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 
 pub const DEFAULT_ACTIVE_PER_CPU: f64 = 4.0;
-/// Room for transactions that wait far longer than they compute: the
-/// wait-bound benchmark (5 ms waits, 200 clients, 2 CPUs) gains up to about
-/// 100 running per CPU. The limit only goes as high as throughput rises.
+/// Room for transactions that wait far longer than they compute; the limit
+/// only goes as high as throughput rises (the wait-bound benchmark, 5 ms
+/// waits and 200 clients on 2 CPUs, levels off at about 30 per CPU).
 pub const DEFAULT_ACTIVE_PER_CPU_MAX: f64 = 100.0;
 pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
@@ -131,20 +128,6 @@ pub fn init() {
             GucFlags::default(),
             None,
             Some(assign_limit_real),
-            None,
-        );
-        GucRegistry::define_int_guc_with_hooks(
-            c"pg_gatekeeper.queue_bypass",
-            c"How many times a queue's head may be passed over for the newest waiter (0 = strict first in, first out).",
-            c"The newest waiter's backend ran last, so it is warm in the CPU caches. A session that joins \
-              at position p is then admitted within p x (queue_bypass + 1) of its class's admissions.",
-            &QUEUE_BYPASS,
-            0,
-            1000,
-            GucContext::Sighup,
-            GucFlags::default(),
-            None,
-            Some(assign_limit_int),
             None,
         );
         GucRegistry::define_int_guc_with_hooks(
@@ -317,9 +300,6 @@ pub fn active_per_cpu_max() -> f64 {
 }
 pub fn lend_min_cpu_idle() -> f64 {
     LEND_MIN_CPU_IDLE.get()
-}
-pub fn queue_bypass() -> u32 {
-    QUEUE_BYPASS.get() as u32
 }
 pub fn max_tickets() -> u32 {
     MAX_TICKETS.get() as u32

@@ -28,20 +28,16 @@ pub struct Resolved {
     /// The automatic limit's range: `active_per_cpu` to `active_per_cpu_max`
     /// per CPU (the manual value at both ends when set by hand).
     pub bounds: Bounds,
-    /// Upper bound for tickets (never below the limit's ceiling).
+    /// Upper bound for tickets: `max_tickets`, or the backends. Where it
+    /// is at or below the limit in force, nothing is lent (`Gate::set_limit`
+    /// and the controller keep tickets at the limit).
     pub ticket_ceiling: u32,
     pub effective_cpus: f64,
 }
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// CPUs this process may use: the affinity mask, capped by every cgroup
-/// quota on the way from its cgroup to the root.
-pub fn effective_cpus() -> f64 {
-    cpu_budget().0
-}
-
-/// Where the CPUs' idle time is read from (see `worker::CpuMeter`).
+/// Where the CPUs' idle time is read from (see [`CpuMeter`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum CpuSource {
     /// `/proc/stat`'s lines of these CPUs: the affinity set.
@@ -51,7 +47,9 @@ pub enum CpuSource {
     Quota(String, f64),
 }
 
-/// Effective CPUs, and where to measure how idle they are.
+/// Effective CPUs (the affinity mask, capped by every cgroup quota on the
+/// way from this process's cgroup to the root), and where to measure how
+/// idle they are.
 pub fn cpu_budget() -> (f64, CpuSource) {
     let status = fs::read_to_string("/proc/self/status").ok();
     let ids = status.as_deref().and_then(cpus::affinity_ids_from_status);
@@ -163,7 +161,7 @@ impl CpuMeter {
 /// Resolve the settings now in force into the limit's range and a ticket
 /// ceiling.
 pub fn resolve() -> Resolved {
-    let effective_cpus = effective_cpus();
+    let effective_cpus = cpu_budget().0;
     let manual = Some(gucs::max_active()).filter(|&n| n > 0);
     let bounds = match manual {
         Some(n) => Bounds { floor: n, ceiling: n },
@@ -182,7 +180,7 @@ pub fn resolve() -> Resolved {
         0 => backends,
         n => n,
     }
-    .max(bounds.ceiling);
+    .max(bounds.floor);
     Resolved { manual, bounds, ticket_ceiling, effective_cpus }
 }
 
@@ -205,7 +203,6 @@ pub fn apply() {
             l.status.reason = reason as u8;
             l.status.changed_at_us = now;
         }
-        l.gate.set_bypass(gucs::queue_bypass());
         l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
         l.gate.set_classes(&list, now, wake)
     });

@@ -172,7 +172,6 @@ unsafe extern "C-unwind" fn shmem_startup() {
             let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
             let mut gate = Gate::new(&mut (*p).header, slots);
             gate.init(start, now);
-            gate.set_bypass(gucs::queue_bypass());
             gate.set_limit(start, resolved.ticket_ceiling, now, &mut |_| {});
             let defs = gucs::classes();
             let list: Vec<_> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();

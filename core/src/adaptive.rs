@@ -5,12 +5,10 @@
 //! The fixed automatic limit, `active_per_cpu` per CPU, fits CPU-bound work.
 //! Transactions that wait inside the server (on I/O, a foreign server, a
 //! sleep) count as running while they wait, so a fixed limit caps them at
-//! `limit / wait` transactions a second while the CPUs idle. Neither the
-//! CPUs' idle time nor the number of holders on a CPU finds the knee when
-//! the clients share the server's CPUs: measured here, CPU-bound TPC-B at
-//! 1000 clients leaves 4-6 % of the CPUs idle and wait-bound work about 7 %
-//! at every limit from 30 to 200, while its throughput kept rising all the
-//! way (every transaction that queues costs a park and a wake-up). So the
+//! `limit / wait` transactions a second while the CPUs idle. CPU signals
+//! do not find the knee reliably: idle time counts WAL flushes (iowait) and
+//! whatever a client on the same CPUs leaves, and CPU pressure is high under
+//! every configuration (docs/DESIGN.md §9 has the measurements). So the
 //! limit follows the one figure that says whether a limit helps: the gate's
 //! own throughput, admissions per second, over windows of [`WINDOW_US`].
 //!
@@ -31,7 +29,8 @@
 //! places are the ticket controller's to lend. When fewer than half the
 //! places are used so, above the floor, it comes down an eighth per window
 //! without probing: TPC-B at 1000 clients after wait-bound work is such a
-//! pile-up (on the branch rows), and probing down through it took 15 s.
+//! pile-up (on the branch rows), and probing down through it is slow, each
+//! step judged on noisy throughput.
 //! Nothing else moves while nobody is queued: the limit does not bind, so
 //! there is nothing to learn.
 

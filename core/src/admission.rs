@@ -13,8 +13,7 @@
 //!   holders, and a stalled holder that runs again is counted again.
 //! - When a place frees up, it goes straight to the head of a queue (direct
 //!   hand-off), under the same lock, so nobody can take it in between and
-//!   nobody stampedes. Optionally the newest waiter may go first, a bounded
-//!   number of times per head ([`Gate::set_bypass`]). Which queue: among the classes with sessions queued
+//!   nobody stampedes. Which queue: among the classes with sessions queued
 //!   and below their cap, first one below its reserve (the lowest share of
 //!   its reserve held), else the one holding the fewest places per unit of
 //!   weight; ties go to the longest-waiting head. See [`Gate::pick_class`].
@@ -166,9 +165,6 @@ pub struct GateHeader {
     pub waits: Histogram,
     /// When the statistics were last reset (caller's clock, microseconds).
     pub stats_reset_us: i64,
-    /// How many times a queue's head may be passed over for the newest
-    /// waiter; 0 = strict first in, first out ([`Gate::set_bypass`]).
-    pub bypass: u32,
     pub classes: [ClassState; MAX_CLASSES],
 }
 
@@ -208,9 +204,6 @@ pub struct Slot {
     pub times_parked: u64,
     /// Total time this session spent parked, in microseconds.
     pub wait_total_us: u64,
-    /// Places its class handed to a newer waiter while this slot was the
-    /// head of its queue (see [`Gate::set_bypass`]).
-    passed: u32,
 }
 
 /// A view of the header and the slot array, borrowed under the caller's lock.
@@ -735,36 +728,11 @@ impl<'a> Gate<'a> {
         })
     }
 
-    /// Let a free place go to the newest waiter of a queue instead of its
-    /// head, up to `k` times per head (0: strict first in, first out).
-    ///
-    /// The newest waiter is the session whose backend ran last (it parked
-    /// as its previous transaction ended), so its memory is still in the
-    /// CPU's caches; the head's backend has slept longest. The bound: a
-    /// head is admitted within `k + 1` of its class's admissions, so a
-    /// session that joins at position `p` is admitted within `p × (k + 1)`
-    /// of them, where strict FIFO takes `p`.
-    pub fn set_bypass(&mut self, k: u32) {
-        self.h.bypass = k;
-    }
-
-    /// The slot of class `k` that gets the next place: its head, or its
-    /// newest waiter while the head has been passed over fewer than
-    /// `bypass` times.
-    fn next_of_class(&mut self, k: usize) -> usize {
-        let (head, tail) = (self.h.classes[k].head as usize, self.h.classes[k].tail as usize);
-        if head == tail || self.slots[head].passed >= self.h.bypass {
-            return head;
-        }
-        self.slots[head].passed += 1;
-        tail
-    }
-
     /// Admit waiters while places are free.
     fn pump(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.place_free() {
             let Some(k) = self.pick_class() else { break };
-            let i = self.next_of_class(k);
+            let i = self.h.classes[k].head as usize;
             self.unlink(i);
             self.grant(i, now_us, false);
             wake(i);
@@ -814,7 +782,6 @@ impl<'a> Gate<'a> {
             let s = &mut self.slots[i];
             s.prev = tail;
             s.next = NIL;
-            s.passed = 0;
         }
         if tail == NIL {
             self.h.classes[c].head = i as u32;
@@ -1130,99 +1097,6 @@ mod tests {
                 order.remove(0);
             }
             f.gate().check().unwrap_or_else(|e| panic!("step {step}: {e}"));
-        }
-    }
-
-    #[test]
-    fn bypass_lets_the_newest_in_a_bounded_number_of_times() {
-        let mut f = Fixture::new(8, 1);
-        let mut g = f.gate();
-        g.set_bypass(2);
-        assert_eq!(g.request(0, DEFAULT, 0, 0), Request::Admitted);
-        for i in 1..=5 {
-            assert_eq!(g.request(i, DEFAULT, i as i64, 0), Request::Queued { position: i as u32 });
-        }
-        // The newest twice (the head passed over twice), then the head;
-        // then the next head, passed over afresh.
-        let mut order = vec![];
-        let mut holder = 0;
-        for t in 0..5 {
-            let woken = f.release(holder, 10 + t);
-            assert_eq!(woken.len(), 1);
-            holder = woken[0];
-            order.push(holder);
-        }
-        assert_eq!(order, vec![5, 4, 1, 3, 2]);
-        // Strict FIFO with 0.
-        let mut f = Fixture::new(4, 1);
-        let mut g = f.gate();
-        assert_eq!(g.request(0, DEFAULT, 0, 0), Request::Admitted);
-        g.request(1, DEFAULT, 1, 0);
-        g.request(2, DEFAULT, 2, 0);
-        assert_eq!(f.release(0, 3), vec![1]);
-    }
-
-    #[test]
-    fn random_walk_with_bypass_bounds_every_wait() {
-        // A session that joins a class's queue at position p is admitted
-        // within p × (k + 1) of the places that class hands out.
-        for k in [1u32, 3, 8] {
-            let n = 40;
-            let mut f = Fixture::new(n, 3);
-            let mut rng = Rng(0x2545F4914F6CDD1D ^ k as u64);
-            let cls = define(&mut f, &[params(2, 0, 1)]);
-            let classes = [DEFAULT, cls[0]];
-            f.gate().set_bypass(k);
-            // Per queued slot: its position on arrival, and its class's
-            // hand-offs since.
-            let mut joined = vec![(0u64, 0u64); n];
-            let mut bypassed = 0u64;
-            for step in 0..150_000i64 {
-                let i = rng.below(n as u64) as usize;
-                let mut woken = vec![];
-                let mut g = f.gate();
-                match (g.slot(i).state, rng.below(10)) {
-                    (SlotState::Idle, _) => {
-                        let c = classes[rng.below(2) as usize];
-                        if let Request::Queued { position } = g.request(i, c, step, 0) {
-                            joined[i] = (position as u64, 0);
-                        }
-                    }
-                    (SlotState::Queued, 0) => {
-                        g.abandon(i, step, Abandon::Cancel);
-                    }
-                    (SlotState::Queued, 1) if rng.below(10) == 0 => {
-                        g.overflow_admit(i, step);
-                    }
-                    (SlotState::Admitted, 0..=6) => {
-                        g.release(i, step, &mut |w| woken.push(w));
-                    }
-                    (_, 8) => {
-                        let t = 1 + rng.below(5) as u32;
-                        g.set_limit(t, t + 2, step, &mut |w| woken.push(w));
-                    }
-                    _ => {}
-                }
-                for w in woken {
-                    let g = f.gate();
-                    let c = g.slot(w).class;
-                    if g.queue().next().is_some_and(|h| h != w && g.slot(h).class == c) {
-                        bypassed += 1;
-                    }
-                    for q in 0..n {
-                        if g.slot(q).state == SlotState::Queued && g.slot(q).class == c {
-                            joined[q].1 += 1;
-                        }
-                    }
-                    let (position, handed) = joined[w];
-                    assert!(
-                        handed < position * (k as u64 + 1),
-                        "k {k}, step {step}: slot {w} joined at {position} and waited {handed} hand-offs"
-                    );
-                }
-                f.gate().check().unwrap_or_else(|e| panic!("k {k}, step {step}: {e}"));
-            }
-            assert!(bypassed > 1000, "k {k}: the newest went first only {bypassed} times");
         }
     }
 

@@ -31,19 +31,9 @@ pub fn parse_cpu_ids(s: &str) -> Option<Vec<usize>> {
     Some(ids)
 }
 
-/// Number of CPUs in a list such as `0-3,8,10-11`. `None` if malformed.
-pub fn parse_cpu_list(s: &str) -> Option<usize> {
-    parse_cpu_ids(s).map(|ids| ids.len())
-}
-
 /// The affinity CPUs from the text of `/proc/self/status`.
 pub fn affinity_ids_from_status(status: &str) -> Option<Vec<usize>> {
     status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_cpu_ids)
-}
-
-/// The affinity CPU count from the text of `/proc/self/status`.
-pub fn affinity_from_status(status: &str) -> Option<usize> {
-    affinity_ids_from_status(status).map(|ids| ids.len())
 }
 
 /// CPUs granted by a cgroup v2 `cpu.max` file; `None` when unlimited or malformed.
@@ -129,17 +119,8 @@ fn busy_idle(fields: std::str::SplitWhitespace) -> Option<(u64, u64)> {
     Some((busy, idle))
 }
 
-/// CPU time counters from the first line of `/proc/stat`, in ticks:
-/// `(busy, idle)`, where idle includes iowait. `None` if malformed.
-pub fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
-    let mut it = s.lines().next()?.split_whitespace();
-    if it.next()? != "cpu" {
-        return None;
-    }
-    busy_idle(it)
-}
-
-/// The same counters summed over the CPUs in `ids` (the `cpuN` lines), so
+/// CPU time counters of `/proc/stat` in ticks, `(busy, idle)` with idle
+/// including iowait, summed over the CPUs in `ids` (the `cpuN` lines), so
 /// that a server pinned to some CPUs measures those alone. `None` if a CPU
 /// of `ids` has no line, or a line is malformed.
 pub fn parse_proc_stat_cpus(s: &str, ids: &[usize]) -> Option<(u64, u64)> {
@@ -195,14 +176,14 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-1"), Some(2));
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(7));
-        assert_eq!(parse_cpu_list("5"), Some(1));
-        assert_eq!(parse_cpu_list(""), None);
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("a-b"), None);
+        assert_eq!(parse_cpu_ids("0-1"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_ids("0-3,8,10-11\n").map(|v| v.len()), Some(7));
+        assert_eq!(parse_cpu_ids("5"), Some(vec![5]));
+        assert_eq!(parse_cpu_ids(""), None);
+        assert_eq!(parse_cpu_ids("3-1"), None);
+        assert_eq!(parse_cpu_ids("a-b"), None);
         let status = "Name:\tpostgres\nCpus_allowed:\tff\nCpus_allowed_list:\t0-7\nMems_allowed:\t1\n";
-        assert_eq!(affinity_from_status(status), Some(8));
+        assert_eq!(affinity_ids_from_status(status).map(|v| v.len()), Some(8));
     }
 
     #[test]
@@ -252,14 +233,15 @@ mod tests {
 
     #[test]
     fn proc_stat_idle_fraction() {
-        let a = parse_proc_stat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
+        let a = parse_proc_stat_cpus("cpu  1 2 3 4\ncpu0 100 0 50 800 50 0 0 0 0 0\n", &[0]).unwrap();
         assert_eq!(a, (150, 850));
-        let b = parse_proc_stat("cpu  160 0 70 820 50 0 10 0 0 0\n").unwrap();
+        let b = parse_proc_stat_cpus("cpu0 160 0 70 820 50 0 10 0 0 0\n", &[0]).unwrap();
         assert_eq!(b, (240, 870));
         assert_eq!(idle_fraction(a, b), Some(20.0 / 110.0));
         assert_eq!(idle_fraction(a, a), None);
-        assert_eq!(parse_proc_stat("intr 1 2 3"), None);
-        assert_eq!(parse_proc_stat(""), None);
+        assert_eq!(parse_proc_stat_cpus("intr 1 2 3", &[0]), None);
+        assert_eq!(parse_proc_stat_cpus("cpu0 1 2", &[0]), None, "too few fields");
+        assert_eq!(parse_proc_stat_cpus("", &[0]), None);
     }
 
     #[test]
