@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The adaptive limit side by side: pg_gatekeeper's automatic limit (its
 # defaults: it starts at active_per_cpu per CPU and may grow up to
-# active_per_cpu_max per CPU while sessions wait and the CPUs idle) against
+# active_per_cpu_max per CPU while a larger limit raises throughput) against
 # the gate fixed at 1, 2, 4 and 8 per CPU, bare PostgreSQL and PgBouncer's
 # pools, in one run, medians of N rounds, with the client sharing the
 # server's CPUs, on CPUs of its own (bench.py --pin), or both.

@@ -160,4 +160,7 @@ for c in cfgs:
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
-python3 "$(dirname "$0")/plot_mixed.py" "$out" || echo "no chart (matplotlib missing?)"
+# System Python: apt's matplotlib is not visible to a pyenv/virtualenv python3.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=$(command -v python3)
+"$PY" "$(dirname "$0")/plot_mixed.py" "$out" || echo "no chart (matplotlib missing?)"
