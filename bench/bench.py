@@ -140,6 +140,10 @@ def parse_args(argv):
     a.workdir = os.path.abspath(a.workdir)
     if a.command_line is None:
         a.command_line = " ".join([sys.argv[0]] + argv)
+    # Results are committed: name the repository's own paths relative to it,
+    # not as this machine's absolute paths.
+    repo = os.path.dirname(HERE) + os.sep
+    a.command_line = a.command_line.replace(repo, "")
     return a
 
 
