@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Cluster, Running, Session, Status};
+use common::{wait_until, Cluster, Running, Status};
 
 fn conf(max_per_cpu: &'static str) -> Vec<(&'static str, &'static str)> {
     vec![
@@ -24,20 +24,8 @@ fn conf(max_per_cpu: &'static str) -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// Run `sql` on `s` again and again until `stop` is set.
-fn looping(s: Session, sql: &str, stop: &Arc<AtomicBool>) -> Running {
-    let sql = sql.to_string();
-    let stop = stop.clone();
-    s.spawn_with(move |c| {
-        while !stop.load(Ordering::Relaxed) {
-            c.batch_execute(&sql)?;
-        }
-        Ok(())
-    })
-}
-
 fn start_loops(c: &Cluster, prefix: &str, n: usize, sql: &str, stop: &Arc<AtomicBool>) -> Vec<Running> {
-    (0..n).map(|k| looping(c.app(&format!("{prefix}{k}")), sql, stop)).collect()
+    (0..n).map(|k| c.app(&format!("{prefix}{k}")).looping(sql, stop)).collect()
 }
 
 fn stop_loops(loops: Vec<Running>, stop: &Arc<AtomicBool>) {

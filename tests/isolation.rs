@@ -21,18 +21,6 @@ fn stall_conf() -> Vec<(&'static str, &'static str)> {
     vec![("pg_gatekeeper.max_active", "8"), ("pg_gatekeeper.stall_timeout", "500ms"), ("max_connections", "80")]
 }
 
-/// Run `sql` on `s` again and again until `stop` is set.
-fn looping(s: Session, sql: &str, stop: &Arc<AtomicBool>) -> Running {
-    let sql = sql.to_string();
-    let stop = stop.clone();
-    s.spawn_with(move |c| {
-        while !stop.load(Ordering::Relaxed) {
-            c.batch_execute(&sql)?;
-        }
-        Ok(())
-    })
-}
-
 /// Count the sessions named with `prefix` in state `state`.
 fn count_in(c: &Cluster, prefix: &str, state: &str) -> usize {
     c.sessions()
@@ -120,11 +108,8 @@ fn a_capped_class_never_passes_its_cap_and_others_get_in() {
     let stop = Arc::new(AtomicBool::new(false));
     let reports: Vec<Running> = (0..20)
         .map(|k| {
-            looping(
-                Session { name: format!("rep{k}"), client: c.connect("rep", &format!("rep{k}")) },
-                "SELECT pg_sleep(0.3)",
-                &stop,
-            )
+            Session { name: format!("rep{k}"), client: c.connect("rep", &format!("rep{k}")) }
+                .looping("SELECT pg_sleep(0.3)", &stop)
         })
         .collect();
     wait_until("reports queue behind their cap", Duration::from_secs(5), || class_i64(&c, "reports", "queued") >= 10);
@@ -159,7 +144,7 @@ fn weights_split_admissions_between_saturated_classes() {
     for (role, n) in [("rep", 12), ("ol", 12)] {
         for k in 0..n {
             let name = format!("{role}{k}");
-            all.push(looping(Session { client: c.connect(role, &name), name }, "SELECT pg_sleep(0.02)", &stop));
+            all.push(Session { client: c.connect(role, &name), name }.looping("SELECT pg_sleep(0.02)", &stop));
         }
     }
     wait_until("both classes queue", Duration::from_secs(5), || {
@@ -186,7 +171,7 @@ fn a_reserve_lets_its_class_in_while_another_saturates_the_gate() {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let load: Vec<Running> =
-        (0..30).map(|k| looping(c.app(&format!("load{k}")), "SELECT pg_sleep(0.05)", &stop)).collect();
+        (0..30).map(|k| c.app(&format!("load{k}")).looping("SELECT pg_sleep(0.05)", &stop)).collect();
     wait_until("the default class saturates the gate", Duration::from_secs(5), || c.status().queued() >= 15);
     let mut worst = Duration::ZERO;
     for k in 0..10 {

@@ -510,6 +510,18 @@ impl Session {
         Running { name, started, handle }
     }
 
+    /// Run `sql` again and again in a thread of its own until `stop` is set.
+    pub fn looping(self, sql: &str, stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Running {
+        let sql = sql.to_string();
+        let stop = stop.clone();
+        self.spawn_with(move |c| {
+            while !stop.load(Ordering::Relaxed) {
+                c.batch_execute(&sql)?;
+            }
+            Ok(())
+        })
+    }
+
     pub fn cancel_token(&self) -> postgres::CancelToken {
         self.client.cancel_token()
     }
