@@ -118,7 +118,7 @@ pub fn init() {
         );
         GucRegistry::define_float_guc_with_hooks(
             c"pg_gatekeeper.active_per_cpu_max",
-            c"How far per effective CPU the automatic limit may grow while sessions wait and the CPUs idle.",
+            c"How far per effective CPU the automatic limit may grow while a larger limit raises throughput.",
             c"The automatic limit starts at, and never goes below, pg_gatekeeper.active_per_cpu per CPU. \
               At or below pg_gatekeeper.active_per_cpu (0 included), it does not adapt.",
             &ACTIVE_PER_CPU_MAX,

@@ -15,13 +15,14 @@ use std::fs;
 
 use gatekeeper_core::adaptive::{self, Bounds};
 use gatekeeper_core::classes::ClassParams;
+use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::cpus;
 use pgrx::pg_sys;
 
 use crate::{gucs, shmem};
 
 /// The limit's settings resolved into numbers.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Resolved {
     /// `max_active`, when set by hand.
     pub manual: Option<u32>,
@@ -33,6 +34,8 @@ pub struct Resolved {
     /// and the controller keep tickets at the limit).
     pub ticket_ceiling: u32,
     pub effective_cpus: f64,
+    /// Where to measure how idle those CPUs are.
+    pub cpu_source: CpuSource,
 }
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -116,9 +119,8 @@ impl CpuMeter {
         CpuMeter { source: cpu_budget().1, last: None, idle: 1.0 }
     }
 
-    /// Measure again where to read from (the affinity or a quota changed).
-    pub fn refresh_source(&mut self) {
-        let source = cpu_budget().1;
+    /// Read from `source` from now on (the affinity or a quota changed).
+    pub fn set_source(&mut self, source: CpuSource) {
         if source != self.source {
             self.source = source;
             self.last = None;
@@ -138,18 +140,16 @@ impl CpuMeter {
 
     /// At the end of each window, measure its idle fraction into `idle`.
     pub fn tick(&mut self, now: i64) {
-        if self.last.is_some_and(|(at, _)| now - at < CPU_WINDOW_US && now >= at) {
-            return;
-        }
+        let (start, before) = self.last.unzip();
+        let ended = match controller::window(start, now, CPU_WINDOW_US) {
+            Window::Open => return,
+            Window::Ended(us) => Some(us),
+            Window::Restart => None,
+        };
         let Some(cur) = self.read() else { return };
-        // A window that ran long (the worker slept: nothing was queued)
-        // would describe the quiet time before a burst: start afresh.
-        let fresh = self.last.filter(|(at, _)| now - at <= 2 * CPU_WINDOW_US && now >= *at);
-        let measured = fresh.and_then(|(at, prev)| match &self.source {
+        let measured = ended.zip(before).and_then(|(us, prev)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
-            CpuSource::Quota(_, q) => {
-                cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), now.saturating_sub(at).max(0) as u64, *q)
-            }
+            CpuSource::Quota(_, q) => cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q),
         });
         self.last = Some((now, cur));
         if let Some(f) = measured {
@@ -161,7 +161,7 @@ impl CpuMeter {
 /// Resolve the settings now in force into the limit's range and a ticket
 /// ceiling.
 pub fn resolve() -> Resolved {
-    let effective_cpus = cpu_budget().0;
+    let (effective_cpus, cpu_source) = cpu_budget();
     let manual = Some(gucs::max_active()).filter(|&n| n > 0);
     let bounds = match manual {
         Some(n) => Bounds { floor: n, ceiling: n },
@@ -181,12 +181,13 @@ pub fn resolve() -> Resolved {
         n => n,
     }
     .max(bounds.floor);
-    Resolved { manual, bounds, ticket_ceiling, effective_cpus }
+    Resolved { manual, bounds, ticket_ceiling, effective_cpus, cpu_source }
 }
 
 /// Resolve the settings now in force and apply the limit, the ticket
 /// ceiling and the classes; what they newly let in is admitted at once.
-pub fn apply() {
+/// Returns where to measure the CPUs' idle time (for the worker).
+pub fn apply() -> CpuSource {
     // SAFETY: PgReloadTime is this process's own copy of when its
     // configuration was last loaded; these are the settings applied here.
     shmem::applied_reload().fetch_max(unsafe { pg_sys::PgReloadTime }, std::sync::atomic::Ordering::Relaxed);
@@ -211,4 +212,5 @@ pub fn apply() {
             "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are in class default until classes dropped from pg_gatekeeper.classes have no sessions left"
         );
     }
+    r.cpu_source
 }

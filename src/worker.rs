@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gatekeeper_core::adaptive;
-use gatekeeper_core::controller;
+use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::SlotState;
@@ -59,21 +59,17 @@ struct Adapt {
 }
 
 impl Adapt {
-    /// At the end of each window, the admissions per second over it. A
-    /// window that ran past twice its length (the worker slept: nobody was
-    /// queued) describes the quiet before a burst, and starts afresh.
+    /// At the end of each window, the admissions per second over it
+    /// (`controller::window`: a window that ran long starts afresh).
     fn tput(&mut self, now: i64, admitted: u64) -> Option<f64> {
-        match self.window {
-            Some((at, _)) if now >= at && now - at < adaptive::WINDOW_US => None,
-            Some((at, n)) if now >= at && now - at <= 2 * adaptive::WINDOW_US => {
-                self.window = Some((now, admitted));
-                Some(admitted.saturating_sub(n) as f64 * 1e6 / (now - at) as f64)
-            }
-            _ => {
-                self.window = Some((now, admitted));
-                None
-            }
-        }
+        let (start, before) = self.window.unzip();
+        let tput = match controller::window(start, now, adaptive::WINDOW_US) {
+            Window::Open => return None,
+            Window::Ended(us) => before.map(|n| admitted.saturating_sub(n) as f64 * 1e6 / us as f64),
+            Window::Restart => None,
+        };
+        self.window = Some((now, admitted));
+        tput
     }
 }
 
@@ -145,8 +141,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         }
         last_now = now;
         if now >= next_resolve_us {
-            limit::apply();
-            cpu.refresh_source();
+            cpu.set_source(limit::apply());
             next_resolve_us = now + RESOLVE_EVERY_US;
         }
         // Samples are paced by the clock, not by wake-ups: a burst of
@@ -258,8 +253,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut con
             if let Some((limit, reason)) = adapt.climber.next_limit(signals) {
                 l.status.reason = reason as u8;
                 l.status.changed_at_us = now;
-                let ceiling = l.status.ceiling.max(limit);
-                l.gate.set_limit(limit, ceiling, now, wake);
+                l.gate.set_limit(limit, l.status.ceiling, now, wake);
             }
         }
         let h = *l.gate.header();

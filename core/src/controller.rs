@@ -72,6 +72,29 @@ impl DemandWindow {
     }
 }
 
+/// Where a measurement window stands (the worker's throughput and CPU
+/// windows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Still open: wait.
+    Open,
+    /// Ended after this many microseconds: measure, and start the next.
+    Ended(i64),
+    /// None yet, or it ran past twice its length (the worker slept while
+    /// nothing was queued, so it would describe the quiet before a burst),
+    /// or the clock stepped back: start afresh without a measurement.
+    Restart,
+}
+
+/// Where a window of `len` µs that began at `start` stands at `now`.
+pub fn window(start: Option<i64>, now: i64, len: i64) -> Window {
+    match start.map(|at| now - at) {
+        Some(d) if (0..len).contains(&d) => Window::Open,
+        Some(d) if (len..=2 * len).contains(&d) => Window::Ended(d),
+        _ => Window::Restart,
+    }
+}
+
 /// Weight of the newest sample in the running average.
 pub const SMOOTHING: f64 = 0.1;
 
@@ -257,6 +280,16 @@ mod tests {
         assert_eq!(next_tickets(Sample { demand: 800, ..x }), 800, "all of them were used");
         // The demand never hides what is held now.
         assert_eq!(next_tickets(Sample { demand: 0, ..x }), 304);
+    }
+
+    #[test]
+    fn windows_open_end_or_restart() {
+        assert_eq!(window(None, 100, 10), Window::Restart);
+        assert_eq!(window(Some(100), 105, 10), Window::Open);
+        assert_eq!(window(Some(100), 110, 10), Window::Ended(10));
+        assert_eq!(window(Some(100), 120, 10), Window::Ended(20));
+        assert_eq!(window(Some(100), 121, 10), Window::Restart, "ran long");
+        assert_eq!(window(Some(100), 99, 10), Window::Restart, "clock stepped back");
     }
 
     #[test]
