@@ -15,9 +15,17 @@
 //! have many short row-lock waits that cannot involve the queue. So only
 //! a backend seen waiting on a lock at two consecutive checks is examined:
 //! a deadlock with the queue persists, an ordinary lock wait mostly does not.
+//!
+//! A parked blocker is admitted only while its class's queue has stopped:
+//! nobody of its class was admitted since the previous check. While the
+//! queue moves, the blocker reaches its head in its turn, and admitting it
+//! early would only let it jump the queue: sessions that hold a
+//! session-level lock someone waits for, and loop short statements, would
+//! otherwise be admitted over the limit every time they park.
 
 use std::collections::{HashMap, HashSet};
 
+use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 
@@ -61,10 +69,12 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
     }
 }
 
-/// Backends seen waiting on a lock at the previous check.
+/// Backends seen waiting on a lock at the previous check, and each class's
+/// admissions then.
 #[derive(Default)]
 pub struct Breaker {
     seen: HashSet<i32>,
+    admitted: Option<[u64; MAX_CLASSES]>,
 }
 
 impl Breaker {
@@ -74,19 +84,28 @@ impl Breaker {
         let waiting: HashSet<i32> = procs::lock_waiters().into_iter().collect();
         let persistent: Vec<i32> = waiting.intersection(&self.seen).copied().collect();
         self.seen = waiting;
+        let admitted: [u64; MAX_CLASSES] =
+            shmem::with_gate_shared(|l| std::array::from_fn(|k| l.gate.header().classes[k].counters.admitted));
+        let before = self.admitted.replace(admitted);
         if self.seen.is_empty() {
             return false;
         }
-        if !persistent.is_empty() {
-            break_deadlocks(persistent, now);
+        if let Some(before) = before.filter(|_| !persistent.is_empty()) {
+            let stopped: [bool; MAX_CLASSES] = std::array::from_fn(|k| admitted[k] == before[k]);
+            break_deadlocks(persistent, &stopped, now);
         }
         true
     }
 }
 
-fn break_deadlocks(waiters: Vec<i32>, now: i64) {
-    let queued: HashMap<i32, usize> =
-        shmem::with_gate_shared(|l| l.gate.queue().map(|i| (l.gate.slot(i).pid, i)).collect());
+fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
+    let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
+        l.gate
+            .queue()
+            .filter(|&i| stopped[l.gate.slot(i).class as usize % MAX_CLASSES])
+            .map(|i| (l.gate.slot(i).pid, i))
+            .collect()
+    });
     if queued.is_empty() {
         return;
     }

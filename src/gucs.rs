@@ -50,6 +50,10 @@ static HISTORY_SIZE: GucSetting<i32> = GucSetting::<i32>::new(600);
 /// A holder whose statement has run this long (lock waits included) stops
 /// counting as running, in ms; 0 = never.
 static STALL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_STALL_TIMEOUT_MS);
+/// While sessions are queued and no holder that counts has worked (been on
+/// a CPU or done I/O) for this long, and nobody was admitted, the head of
+/// the queue is admitted over the limit, in ms (docs/DESIGN.md §13).
+static PROGRESS_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PROGRESS_TIMEOUT_MS);
 /// The class definitions (see `gatekeeper_core::classes`).
 static CLASSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 /// This session's class. SUSET: a session cannot move itself.
@@ -64,6 +68,10 @@ pub const DEFAULT_LEND_MIN_CPU_IDLE: f64 = 0.0;
 pub const DEFAULT_QUEUE_TIMEOUT_MS: i32 = 0;
 pub const DEFAULT_SAMPLE_INTERVAL_MS: i32 = 5;
 pub const DEFAULT_STALL_TIMEOUT_MS: i32 = 500;
+/// Long enough that no work that moves, however slowly, triggers it (a
+/// single admission in the scope restarts the clock), short enough that a
+/// wait cycle through a client or another server costs about a second.
+pub const DEFAULT_PROGRESS_TIMEOUT_MS: i32 = 1000;
 /// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
 const MAX_BACKENDS: i32 = 0x3FFFF;
 
@@ -174,6 +182,16 @@ pub fn init() {
         &STALL_TIMEOUT,
         0,
         i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.progress_timeout",
+        c"While sessions are queued and no holder has worked for this long, admit the queue's head over the limit.",
+        c"The progress guarantee: a wait cycle through the queue (a client, dblink, another server) lasts at most about this long. Working means on a CPU or doing I/O; waiting on a lock, a client, a sleep or another server is not. At most max_active such admissions are held at once.",
+        &PROGRESS_TIMEOUT,
+        100,
+        3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
@@ -327,6 +345,10 @@ pub fn history_interval_ms() -> u32 {
 }
 pub fn history_size() -> usize {
     HISTORY_SIZE.get() as usize
+}
+/// `progress_timeout` in microseconds.
+pub fn progress_timeout_us() -> i64 {
+    PROGRESS_TIMEOUT.get() as i64 * 1000
 }
 /// `stall_timeout` in microseconds; 0 = stall relief off.
 pub fn stall_timeout_us() -> i64 {

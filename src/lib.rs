@@ -23,6 +23,7 @@ mod gate;
 mod gucs;
 mod hooks;
 mod limit;
+mod liveness;
 mod monitor;
 mod park;
 mod procs;

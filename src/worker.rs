@@ -11,6 +11,9 @@
 //!   the ticket count, and at the end of each throughput window an automatic
 //!   limit adapts (`gatekeeper_core::adaptive`).
 //! - Breaks deadlocks between holders and parked sessions (`deadlock`).
+//! - Keeps the queue moving: a scope where nobody was admitted and no
+//!   holder worked for `progress_timeout` has its head admitted over the
+//!   limit (`liveness`).
 //! - Records a history sample every `history_interval`.
 //!
 //! When nothing is queued it sleeps until the next history sample, so an
@@ -29,7 +32,7 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTi
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{deadlock, gucs, limit, procs, shmem};
+use crate::{deadlock, gucs, limit, liveness, procs, shmem};
 
 /// How often the limit is re-resolved without a reload (cgroup changes).
 const RESOLVE_EVERY_US: i64 = 10_000_000;
@@ -104,6 +107,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut adapt = Adapt::default();
     let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
+    let mut live = liveness::Liveness::default();
     let mut hist = shmem::with_gate_shared(|l| {
         let h = l.gate.header();
         HistoryState {
@@ -151,7 +155,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             cpu.tick(now);
-            sample_and_steer(now, cpu.idle, &mut adapt, &mut demand)
+            sample_and_steer(now, cpu.idle, &mut adapt, &mut demand, &mut live)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -194,16 +198,30 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// lasted `stall_timeout`: a long statement, or a lock wait, which is part
 /// of one. A stalled holder that waits on its client again, or starts a
 /// new statement, is not stalled any more and counts again.
-fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut controller::DemandWindow) -> (u32, u32) {
+fn sample_and_steer(
+    now: i64,
+    cpu_idle: f64,
+    adapt: &mut Adapt,
+    demand: &mut controller::DemandWindow,
+    live: &mut liveness::Liveness,
+) -> (u32, u32) {
     let stall_us = gucs::stall_timeout_us();
+    let mut scan = live.scan();
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, bool)> = vec![];
     let (busy, working) = shmem::with_gate_shared(|l| {
         let (mut busy, mut working) = (0u32, 0u32);
+        let h = l.gate.header();
+        // Which stalled holders are relieved is not recorded; while all of
+        // them are, none counts against the tickets.
+        let stalled_count = h.stalled > h.limit;
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state != SlotState::Admitted {
                 continue;
+            }
+            if h.queued > 0 {
+                scan.holder(i, s.pid, s.class as usize, !s.stalled || stalled_count);
             }
             let uses_server = !procs::waits_on_client(i);
             let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
@@ -217,7 +235,7 @@ fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut con
         (busy, working)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
-    shmem::with_gate_waking(|mut l, wake| {
+    let h = shmem::with_gate_waking(|mut l, wake| {
         for &(i, stalled) in &changes {
             // The slot may have released since we looked: then nothing changes.
             l.gate.set_stalled(i, stalled, now, wake);
@@ -257,6 +275,9 @@ fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut con
             }
         }
         let h = *l.gate.header();
+        // Sessions held back by their class's cap are not sessions a ticket
+        // could admit: counting them would lend without end.
+        let admissible = l.gate.admissible_queued();
         let next = controller::next_tickets(controller::Sample {
             limit: h.limit,
             ceiling: l.status.ceiling,
@@ -264,16 +285,19 @@ fn sample_and_steer(now: i64, cpu_idle: f64, adapt: &mut Adapt, demand: &mut con
             holders: h.counted(),
             demand: recent_demand,
             running: if avg.is_finite() { avg } else { running as f64 },
-            queued: h.queued,
+            queued: admissible,
             cpu_idle,
             lend_min_idle,
         });
         if next != h.tickets {
             l.gate.set_tickets(next, now, wake);
         }
-        let h = l.gate.header();
-        (h.queued, h.stalled)
-    })
+        *l.gate.header()
+    });
+    if h.queued > 0 {
+        live.finish(scan, &h, now, gucs::progress_timeout_us());
+    }
+    (h.queued, h.stalled)
 }
 
 fn record_history(hist: &mut HistoryState, now: i64) {

@@ -532,6 +532,32 @@ impl<'a> Gate<'a> {
         true
     }
 
+    /// Admit the head of a stuck scope over every limit (the progress
+    /// guarantee, docs/DESIGN.md §13): the head of class `class`, or, with
+    /// `None`, the head of the class [`Gate::pick_class`] would serve next.
+    /// Returns the slot admitted, if any was queued there.
+    pub fn progress_admit(&mut self, class: Option<usize>, now_us: i64) -> Option<usize> {
+        let k = match class {
+            Some(k) if k < MAX_CLASSES => k,
+            Some(_) => return None,
+            None => self.pick_class()?,
+        };
+        let head = self.h.classes[k].head;
+        (head != NIL && self.overflow_admit(head as usize, now_us)).then_some(head as usize)
+    }
+
+    /// Sessions queued in classes below their cap: the ones a free place
+    /// would admit. Sessions held back by their class's cap are not.
+    pub fn admissible_queued(&self) -> u32 {
+        self.eligible().map(|k| self.h.classes[k].queued).sum()
+    }
+
+    /// Whether class `k` has sessions queued and is held at its cap.
+    pub fn held_at_cap(&self, k: usize) -> bool {
+        let c = &self.h.classes[k];
+        c.queued > 0 && !c.below_cap()
+    }
+
     /// Zero the totals and the histograms, the classes' and the sessions' too.
     pub fn reset_stats(&mut self, now_us: i64) {
         self.h.counters = Counters::default();

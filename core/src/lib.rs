@@ -14,6 +14,8 @@
 //! - [`adaptive`]: how the worker moves the automatic limit.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
+//! - [`progress`]: the progress guarantee: when a stuck queue's head is
+//!   admitted over the limit.
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
@@ -23,5 +25,6 @@ pub mod controller;
 pub mod cpus;
 pub mod histogram;
 pub mod history;
+pub mod progress;
 
 pub use admission::{Abandon, Full, Gate, GateHeader, Request, Slot, SlotState};

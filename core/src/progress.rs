@@ -1,0 +1,242 @@
+//! The progress guarantee (docs/DESIGN.md §13): the queue never waits
+//! forever.
+//!
+//! A parked session waits for a place, and a place frees up only when a
+//! holder that counts ends its transaction. If every such holder waits for
+//! something that itself waits for the queue, nothing ever frees up: a lock
+//! holder idle in transaction whose client waits for a query the gate
+//! parked, a `dblink` call into the same server, a distributed transaction
+//! whose other half is parked on another node. PostgreSQL's deadlock
+//! detector sees none of these cycles, because one of its edges runs
+//! through the queue, a client or another server, and the gate cannot see
+//! the other edges.
+//!
+//! So instead of looking for cycles, the worker watches for their effect,
+//! as MySQL's thread pool does with `thread_pool_stall_limit`: a *scope*
+//! (the whole gate, or one class held at its cap) that has sessions queued,
+//! has admitted nobody, and none of whose counting holders has worked for
+//! `progress_timeout`, is stuck; its head is admitted over the limit, and
+//! the clock starts again. A holder *works* when it is on a CPU or doing
+//! I/O; waiting on a lock, on its client, on a sleep or on anything
+//! outside the server is not work.
+//!
+//! The bound: the rule admits one batch per `progress_timeout` and scope,
+//! and only while no counting holder of that scope works. Batches double
+//! while the scope stays stuck (1, 2, 4, ... at most the limit), so that a
+//! session parked behind others that will only wait too (lock waiters
+//! parked at BEGIN) gets in after a few timeouts, not one per waiter ahead
+//! of it. Sessions admitted this way are holders like any other: one that
+//! goes on to compute stops the next batch, and ordinary admissions wait
+//! until the holders that count are below the tickets again. So the gate
+//! can be pushed over its limit only by holders that all do nothing for a
+//! whole timeout, a batch at a time. Work that moves, however slowly,
+//! never triggers it.
+
+/// How long a scope must be quiet before its computing-looking holders are
+/// probed for CPU time (the glue reads `/proc` only then), at most half the
+/// timeout.
+pub const PROBE_AFTER_US: i64 = 100_000;
+
+/// Where a scope stands after a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Sessions move (or none wait): nothing to do.
+    Moving,
+    /// Nothing moved for a while. With `probe`, the glue should probe the
+    /// scope's holders that show no wait event (are they really on a CPU?).
+    Quiet { probe: bool },
+    /// Nothing moved for the whole timeout: admit this many sessions from
+    /// the scope's queue, head first.
+    Stuck { batch: u32 },
+}
+
+/// What one sample saw of one scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScopeSample {
+    /// Sessions wait that only this scope holds back (the gate is full, or
+    /// the class is at its cap).
+    pub blocked: bool,
+    /// The scope's admissions so far (any counter that rises with each).
+    pub admitted: u64,
+    /// A counting holder of the scope works: shows an I/O or LWLock wait,
+    /// or was found on a CPU by a probe.
+    pub working: bool,
+    /// A holder shows no wait event and no probe has told yet whether it
+    /// is on a CPU: no verdict of `Stuck` until one has.
+    pub unverified: bool,
+}
+
+/// The watch over one scope, kept by the worker between samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watch {
+    quiet_since: Option<i64>,
+    admitted: u64,
+    /// Stuck verdicts in a row: the next batch is 2^streak.
+    streak: u32,
+}
+
+impl Watch {
+    /// Fold in a sample taken at `now_us`. Batches are at most `max_batch`
+    /// (the limit; at least 1).
+    pub fn observe(&mut self, now_us: i64, s: ScopeSample, timeout_us: i64, max_batch: u32) -> Verdict {
+        // The scope's own admissions count only if made by others: those of
+        // a batch do not end a streak.
+        let moved = s.admitted > self.admitted;
+        self.admitted = s.admitted;
+        if !s.blocked || moved || s.working {
+            self.quiet_since = s.blocked.then_some(now_us);
+            self.streak = 0;
+            return Verdict::Moving;
+        }
+        // A clock that stepped back starts the quiet time again.
+        let since = match self.quiet_since {
+            Some(t) if t <= now_us => t,
+            _ => *self.quiet_since.insert(now_us),
+        };
+        let quiet = now_us - since;
+        if quiet >= timeout_us && !s.unverified {
+            // The next one needs another whole timeout of quiet.
+            self.quiet_since = Some(now_us);
+            let batch = 1u32.checked_shl(self.streak).unwrap_or(u32::MAX).min(max_batch.max(1));
+            self.streak = self.streak.saturating_add(1);
+            return Verdict::Stuck { batch };
+        }
+        Verdict::Quiet { probe: quiet >= PROBE_AFTER_US.min(timeout_us / 2) }
+    }
+
+    /// Record admissions the glue made for a batch, so that they do not
+    /// count as the scope moving.
+    pub fn admitted_by_batch(&mut self, n: u32) {
+        self.admitted += n as u64;
+    }
+}
+
+/// What a process's `/proc/PID/stat` says about its use of the CPU: its
+/// scheduler state (`R` running or runnable, `D` in uninterruptible I/O,
+/// `S` asleep...) and its CPU time so far in clock ticks (user + system).
+pub fn parse_proc_stat(text: &str) -> Option<(char, u64)> {
+    // The command name (field 2) is in parentheses and may hold spaces or
+    // parentheses itself: the fields after it follow the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    // After the state: ppid pgrp session tty_nr tpgid flags minflt cminflt
+    // majflt cmajflt utime stime.
+    let mut f = f.skip(10);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((state, utime + stime))
+}
+
+/// A probe's answer for one process, from two readings of its
+/// `/proc/PID/stat`: on a CPU (or in disk I/O) now, or it used CPU time
+/// since the last reading.
+pub fn probe_works(state: char, ticks: u64, last_ticks: u64) -> bool {
+    matches!(state, 'R' | 'D') || ticks > last_ticks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_000_000;
+
+    fn quiet(admitted: u64) -> ScopeSample {
+        ScopeSample { blocked: true, admitted, working: false, unverified: false }
+    }
+
+    #[test]
+    fn a_scope_that_moves_is_never_stuck() {
+        let mut w = Watch::default();
+        for step in 0..100 {
+            // One admission every 10 samples of 50 ms: slow, but moving.
+            let v = w.observe(step * 50_000, quiet(step as u64 / 10), T, 8);
+            assert!(!matches!(v, Verdict::Stuck { .. }), "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_working_holder_keeps_the_scope_from_being_stuck() {
+        let mut w = Watch::default();
+        for step in 0..100 {
+            let s = ScopeSample { working: step % 7 == 0, ..quiet(5) };
+            assert!(!matches!(w.observe(step * 50_000, s, T, 8), Verdict::Stuck { .. }), "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_scope_is_stuck_once_per_timeout_with_doubling_batches() {
+        let mut w = Watch::default();
+        let mut stuck = vec![];
+        let mut admitted = 0;
+        for step in 0..=100 {
+            let now = step * 50_000;
+            if let Verdict::Stuck { batch } = w.observe(now, quiet(admitted), T, 4) {
+                stuck.push((now, batch));
+                // The batch's admissions count, and are recorded as its own.
+                admitted += batch as u64;
+                w.admitted_by_batch(batch);
+            }
+        }
+        assert_eq!(stuck, vec![(1_000_000, 1), (2_000_000, 2), (3_000_000, 4), (4_000_000, 4), (5_000_000, 4)]);
+    }
+
+    #[test]
+    fn an_admission_by_others_ends_the_streak() {
+        let mut w = Watch::default();
+        assert_eq!(w.observe(0, quiet(0), T, 8), Verdict::Quiet { probe: false });
+        assert_eq!(w.observe(1_000_000, quiet(0), T, 8), Verdict::Stuck { batch: 1 });
+        w.admitted_by_batch(1);
+        assert_eq!(w.observe(2_000_000, quiet(1), T, 8), Verdict::Stuck { batch: 2 });
+        w.admitted_by_batch(2);
+        // Somebody else got in: moving, and the next batch starts at 1.
+        assert_eq!(w.observe(2_050_000, quiet(4), T, 8), Verdict::Moving);
+        assert_eq!(w.observe(3_050_000, quiet(4), T, 8), Verdict::Stuck { batch: 1 });
+    }
+
+    #[test]
+    fn probes_start_after_a_short_quiet_and_unverified_holders_defer_the_verdict() {
+        let mut w = Watch::default();
+        assert_eq!(w.observe(0, quiet(1), T, 8), Verdict::Moving);
+        assert_eq!(w.observe(50_000, quiet(1), T, 8), Verdict::Quiet { probe: false });
+        assert_eq!(w.observe(100_000, quiet(1), T, 8), Verdict::Quiet { probe: true });
+        let unverified = ScopeSample { unverified: true, ..quiet(1) };
+        assert_eq!(w.observe(1_200_000, unverified, T, 8), Verdict::Quiet { probe: true });
+        assert_eq!(w.observe(1_250_000, quiet(1), T, 8), Verdict::Stuck { batch: 1 });
+    }
+
+    #[test]
+    fn nothing_waits_nothing_to_do() {
+        let mut w = Watch::default();
+        for step in 0..100 {
+            let s = ScopeSample { blocked: false, ..quiet(0) };
+            assert_eq!(w.observe(step * 100_000, s, T, 8), Verdict::Moving);
+        }
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_restarts_the_quiet_time() {
+        let mut w = Watch::default();
+        w.observe(5_000_000, quiet(1), T, 8);
+        w.observe(5_500_000, quiet(1), T, 8);
+        assert_eq!(w.observe(1_000_000, quiet(1), T, 8), Verdict::Quiet { probe: false });
+        assert_eq!(w.observe(1_900_000, quiet(1), T, 8), Verdict::Quiet { probe: true });
+        assert_eq!(w.observe(2_000_000, quiet(1), T, 8), Verdict::Stuck { batch: 1 });
+    }
+
+    #[test]
+    fn proc_stat_is_parsed_past_a_command_name_with_parentheses() {
+        let line = "4242 (postgres: app (x) 1) S 1 4242 4242 0 -1 4194560 983 0 0 0 17 5 0 0 20 0 1 0 1234 0 0";
+        assert_eq!(parse_proc_stat(line), Some(('S', 22)));
+        assert_eq!(parse_proc_stat("garbage"), None);
+        assert_eq!(parse_proc_stat("1 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn a_probe_counts_running_state_or_cpu_time_used() {
+        assert!(probe_works('R', 10, 10));
+        assert!(probe_works('D', 10, 10));
+        assert!(probe_works('S', 11, 10));
+        assert!(!probe_works('S', 10, 10));
+    }
+}

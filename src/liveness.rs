@@ -1,0 +1,203 @@
+//! The progress guarantee, run by the worker (docs/DESIGN.md §13; the rule
+//! itself is `gatekeeper_core::progress`).
+//!
+//! Each sample while sessions are queued, the worker's scan hands every
+//! holder to a [`Scan`], which sorts it into its scopes: the whole gate (if
+//! the holder counts against the tickets) and its class (which counts every
+//! holder against the cap). A holder's wait event tells most of the story:
+//! I/O and LWLock waits (WAL writes, buffers) and IPC waits (a parallel
+//! query's leader waiting for its workers) are work; lock, client, sleep,
+//! extension (dblink and postgres_fdw on PostgreSQL 17 and later) waits are
+//! not. A holder with no wait event may be on a CPU, or blocked in a system
+//! call that reports none (dblink on PostgreSQL 15 and 16 waits in libpq's
+//! `poll()`), so once its scope has been quiet for a moment it is probed:
+//! its `/proc/PID/stat` scheduler state and CPU time. Probes cost a file
+//! read each, and happen only in a scope where nothing has moved for
+//! `progress::PROBE_AFTER_US`, never on a server whose queue moves.
+
+use std::collections::HashMap;
+
+use gatekeeper_core::classes::MAX_CLASSES;
+use gatekeeper_core::progress::{self, ScopeSample, Verdict, Watch};
+use gatekeeper_core::GateHeader;
+use pgrx::pg_sys;
+
+use crate::{procs, shmem};
+
+/// Scope index of the whole gate; classes are `0..MAX_CLASSES`.
+const GATE: usize = MAX_CLASSES;
+const SCOPES: usize = MAX_CLASSES + 1;
+/// Shortest time between two readings of a process's CPU time that can
+/// tell it used none (the kernel counts in ticks of 10 ms).
+const PROBE_WINDOW_US: i64 = 100_000;
+
+/// What a holder's wait event says.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shows {
+    Work,
+    NoWaitEvent,
+    Waiting,
+}
+
+fn shows(procno: usize) -> Shows {
+    match procs::wait_class(procno) {
+        0 => Shows::NoWaitEvent,
+        c if c == pg_sys::PG_WAIT_IO || c == pg_sys::PG_WAIT_LWLOCK || c == pg_sys::PG_WAIT_IPC => Shows::Work,
+        _ => Shows::Waiting,
+    }
+}
+
+/// One process's last CPU-time reading.
+struct Probe {
+    ticks: u64,
+    at_us: i64,
+    /// The answer of the last comparison, if one was made.
+    works: Option<bool>,
+}
+
+/// The worker's state for the guarantee between samples.
+#[derive(Default)]
+pub struct Liveness {
+    watches: [Watch; SCOPES],
+    probing: [bool; SCOPES],
+    probes: HashMap<i32, Probe>,
+}
+
+/// One sample's view of the scopes, filled by the worker's scan under the
+/// shared lock.
+pub struct Scan {
+    probing: [bool; SCOPES],
+    working: [bool; SCOPES],
+    /// PIDs showing no wait event in a probing scope, with their scopes.
+    to_probe: Vec<(i32, usize, bool)>,
+    /// Some holder showing no wait event was not probed.
+    unprobed: [bool; SCOPES],
+}
+
+impl Liveness {
+    pub fn scan(&self) -> Scan {
+        Scan { probing: self.probing, working: [false; SCOPES], to_probe: vec![], unprobed: [false; SCOPES] }
+    }
+
+    /// Finish a sample: probe, judge each scope, and admit the head of any
+    /// stuck one over the limit. `h` is the header as the scan saw it.
+    pub fn finish(&mut self, mut scan: Scan, h: &GateHeader, now: i64, timeout_us: i64) {
+        let mut unverified = scan.unprobed;
+        self.probe(&mut scan, &mut unverified, now);
+        let mut stuck = vec![];
+        for k in 0..SCOPES {
+            let (blocked, admitted) = if k == GATE {
+                // The gate holds back sessions of a class below its cap
+                // (otherwise the class's own scope does).
+                let waiting = (0..MAX_CLASSES).any(|c| {
+                    let cs = &h.classes[c];
+                    cs.queued > 0 && (cs.params.max_active == 0 || cs.admitted < cs.params.max_active)
+                });
+                (waiting && h.counted() >= h.tickets, h.counters.admitted)
+            } else {
+                let cs = &h.classes[k];
+                (
+                    cs.queued > 0 && cs.params.max_active != 0 && cs.admitted >= cs.params.max_active,
+                    cs.counters.admitted,
+                )
+            };
+            let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
+            let verdict = self.watches[k].observe(now, sample, timeout_us, h.limit);
+            self.probing[k] = matches!(verdict, Verdict::Quiet { probe: true });
+            if let Verdict::Stuck { batch } = verdict {
+                stuck.push((k, batch));
+            }
+        }
+        for (k, batch) in stuck {
+            self.admit_batch(k, batch, now, timeout_us);
+        }
+    }
+
+    /// Read the CPU state of the holders to probe. A holder on a CPU, in
+    /// disk I/O, or that used CPU time since its last reading works; one
+    /// whose last reading is too recent to tell keeps its last answer, or
+    /// is unverified.
+    fn probe(&mut self, scan: &mut Scan, unverified: &mut [bool; SCOPES], now: i64) {
+        let seen: std::collections::HashSet<i32> = scan.to_probe.iter().map(|p| p.0).collect();
+        self.probes.retain(|pid, _| seen.contains(pid));
+        for &(pid, class, counts) in &scan.to_probe {
+            let Some((state, ticks)) = read_stat(pid) else { continue };
+            let works = match self.probes.get_mut(&pid) {
+                Some(p) if now - p.at_us >= PROBE_WINDOW_US || now < p.at_us => {
+                    p.works = Some(progress::probe_works(state, ticks, p.ticks));
+                    p.ticks = ticks;
+                    p.at_us = now;
+                    p.works
+                }
+                Some(p) => p.works.or(matches!(state, 'R' | 'D').then_some(true)),
+                None => {
+                    self.probes.insert(pid, Probe { ticks, at_us: now, works: None });
+                    matches!(state, 'R' | 'D').then_some(true)
+                }
+            };
+            for k in [class, GATE] {
+                if k == GATE && !counts {
+                    continue;
+                }
+                match works {
+                    Some(true) => scan.working[k] = true,
+                    Some(false) => {}
+                    None => unverified[k] = true,
+                }
+            }
+        }
+    }
+
+    /// Admit up to `batch` sessions of a stuck scope, head first, over the
+    /// limit (and over the class's cap for a class's scope).
+    fn admit_batch(&mut self, scope: usize, batch: u32, now: i64, timeout_us: i64) {
+        let class = (scope != GATE).then_some(scope);
+        let admitted: Vec<(usize, i32)> = shmem::with_gate(|mut l| {
+            (0..batch).map_while(|_| l.gate.progress_admit(class, now).map(|i| (i, l.gate.slot(i).pid))).collect()
+        });
+        self.watches[scope].admitted_by_batch(admitted.len() as u32);
+        // A class's admissions are the gate's too.
+        if scope != GATE {
+            self.watches[GATE].admitted_by_batch(admitted.len() as u32);
+        }
+        let quiet_ms = timeout_us / 1000;
+        for (slot, pid) in admitted {
+            shmem::wake(slot);
+            if scope == GATE {
+                pgrx::log!(
+                    "pg_gatekeeper: admitted process {pid} over the limit: no holder worked and nobody was admitted for {quiet_ms} ms"
+                );
+            } else {
+                pgrx::log!(
+                    "pg_gatekeeper: admitted process {pid} over its class's cap: no holder of the class worked and nobody of it was admitted for {quiet_ms} ms"
+                );
+            }
+        }
+    }
+}
+
+impl Scan {
+    /// Sort one holder into its scopes. `counts`: it counts against the
+    /// tickets (it is not a relieved stalled holder).
+    pub fn holder(&mut self, procno: usize, pid: i32, class: usize, counts: bool) {
+        let class = class.min(MAX_CLASSES - 1);
+        let scopes = [Some(class), counts.then_some(GATE)];
+        match shows(procno) {
+            Shows::Work => scopes.into_iter().flatten().for_each(|k| self.working[k] = true),
+            Shows::Waiting => {}
+            Shows::NoWaitEvent => {
+                if self.probing[class] || (counts && self.probing[GATE]) {
+                    self.to_probe.push((pid, class, counts));
+                } else {
+                    scopes.into_iter().flatten().for_each(|k| self.unprobed[k] = true);
+                }
+            }
+        }
+    }
+}
+
+/// The scheduler state and CPU ticks of process `pid`, from `/proc`.
+fn read_stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    progress::parse_proc_stat(&text)
+}

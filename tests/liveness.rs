@@ -1,0 +1,264 @@
+//! The progress guarantee (docs/DESIGN.md §13): the gate never waits
+//! forever, even when a wait cycle runs through a client or a loopback
+//! connection, where neither PostgreSQL's deadlock detector nor the gate's
+//! deadlock breaker can see it. Each test here hung on a gate without the
+//! guarantee; each waits with a bound, so that it fails instead.
+//!
+//! The bound stated in the docs: a parked session in a stuck scope is
+//! admitted within `progress_timeout` (1 s by default) plus a few samples.
+//! These tests allow `STUCK_BOUND` for it.
+//!
+//! Gated sessions are role `app`; the observer is the exempt superuser.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{wait_until, Cluster, Running, Session};
+
+/// How long a parked query of a stuck scope may take, the progress timeout
+/// (1 s) included, with room for a busy test machine.
+const STUCK_BOUND: Duration = Duration::from_secs(4);
+
+/// Table `t` with one row, readable by `app`.
+fn create_t(c: &Cluster) {
+    c.admin_exec(
+        "CREATE TABLE t (id int PRIMARY KEY, v int);
+         INSERT INTO t VALUES (1, 0);
+         ALTER TABLE t OWNER TO app;",
+    );
+}
+
+/// `n` sessions that each open a block (admitted at BEGIN) and then read
+/// `t`, which waits for `A`'s lock. Returns them once all wait on it.
+fn lock_waiters(c: &Cluster, n: usize) -> Vec<Running> {
+    let waiters: Vec<Running> =
+        (0..n).map(|k| c.app(&format!("B{k}")).spawn("BEGIN; SELECT count(*) FROM t; COMMIT")).collect();
+    wait_until(&format!("{n} sessions wait on A's lock or in the queue"), Duration::from_secs(20), || {
+        c.admin_i64(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'B%'
+               AND (wait_event_type = 'Lock' OR wait_event = 'Extension')",
+        ) == n as i64
+    });
+    waiters
+}
+
+/// The two-connection client of docs/DESIGN.md §13: A holds a table lock
+/// and idles in its transaction while lock waiters fill the places; the
+/// same client then needs a short query on a second connection C before
+/// it commits A. C must get in, and everything then finishes.
+fn a_client_waiting_on_its_own_parked_query_is_not_stranded(
+    conf: &[(&str, &str)],
+    waiters: impl Fn(&Cluster) -> usize,
+) {
+    let c = Cluster::start(conf);
+    create_t(&c);
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("LOCK TABLE t");
+    let n = waiters(&c);
+    let bs = lock_waiters(&c, n);
+    let overflow_before = c.status().int("overflow_total");
+
+    // The client now needs C before it commits A.
+    let t0 = Instant::now();
+    let done = c.app("C").spawn("SELECT 1").join_ok(STUCK_BOUND);
+    assert!(t0.elapsed() < STUCK_BOUND, "C took {:?}", t0.elapsed());
+    assert!(c.status().int("overflow_total") > overflow_before, "C was admitted over the limit");
+    assert!(c.log_text().contains("over the limit: no holder worked"), "the admission is logged");
+    drop(done);
+
+    a.ok("COMMIT");
+    for b in bs {
+        b.join_ok(Duration::from_secs(20));
+    }
+    c.assert_quiet();
+}
+
+#[test]
+fn two_connections_of_one_client_at_max_active_2() {
+    let conf = [("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.stall_timeout", "500ms")];
+    a_client_waiting_on_its_own_parked_query_is_not_stranded(&conf, |_| 4);
+}
+
+#[test]
+fn two_connections_of_one_client_at_the_defaults_with_many_lock_waiters() {
+    // The defaults: automatic limit, stall relief at 500 ms. Enough lock
+    // waiters to hold every place even with stall relief (20 on 2 CPUs).
+    let conf = [("pg_gatekeeper.stall_timeout", "500ms"), ("max_connections", "200")];
+    a_client_waiting_on_its_own_parked_query_is_not_stranded(&conf, |c| {
+        let limit = c.status().max_active() as usize;
+        (2 * limit + 4).min(150)
+    });
+}
+
+/// A dblink call into the same server from a class capped at 1: the
+/// caller holds the class's only place while the session it opened waits
+/// for that place. On PostgreSQL 15 and 16 the caller shows no wait event
+/// (libpq's poll()), so only a probe of its CPU time tells it does no work.
+#[test]
+fn a_dblink_loopback_from_a_class_capped_at_1_returns() {
+    let c = Cluster::start(&[("pg_gatekeeper.classes", "loop (max_active = 1)")]);
+    c.admin_exec("CREATE EXTENSION dblink; ALTER ROLE app SET pg_gatekeeper.class = 'loop'");
+    // dblink needs a password from a non-superuser, so the call runs in a
+    // SECURITY DEFINER function; the inner session logs in as app.
+    let connstr = format!("host={} port={} dbname=postgres user=app application_name=inner", c.dir.display(), c.port);
+    c.admin_exec(&format!(
+        "CREATE FUNCTION loopback() RETURNS int LANGUAGE sql SECURITY DEFINER
+           AS $$ SELECT x FROM dblink('{connstr}', 'SELECT 41 + 1') AS r(x int) $$;
+         GRANT EXECUTE ON FUNCTION loopback() TO app;"
+    ));
+
+    // Without the guarantee the call never returns, and dblink's wait for
+    // its result does not see a cancel or statement_timeout before
+    // PostgreSQL 17: the test waits in a thread of its own, with a bound.
+    let call = c.app("outer").spawn_with(|client| {
+        let x: i32 = client.query_one("SELECT loopback()", &[])?.get(0);
+        assert_eq!(x, 42, "the loopback call's result");
+        Ok(())
+    });
+    let done = call.join_ok(STUCK_BOUND);
+    assert!(done.elapsed < STUCK_BOUND, "the loopback call took {:?}", done.elapsed);
+    assert!(c.log_text().contains("over its class's cap"), "the admission is logged");
+    c.assert_quiet();
+}
+
+/// PostgreSQL's isolation tester in miniature: 8 sessions deadlock on rows
+/// in a ring, one step at a time, while the driver checks after each step
+/// whether the session is blocked, through a ninth, gated connection. The
+/// driver's own query needs a place while lock waiters and idle blocks hold
+/// them all; PostgreSQL's deadlock detector then ends the ring as it would
+/// without the gate: exactly one session fails with 40P01.
+#[test]
+fn a_ring_of_8_deadlocking_sessions_driven_from_a_ninth_connection() {
+    const N: usize = 8;
+    // Stall relief at its default, as in the isolation tests: stalled lock
+    // waiters keep the worker sampling, so the tickets lent while the
+    // sessions idled are taken back and the driver's polls park.
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.stall_timeout", "500ms"),
+        ("deadlock_timeout", "200ms"),
+    ]);
+    c.admin_exec(&format!(
+        "CREATE TABLE ring (id int PRIMARY KEY, v int);
+         INSERT INTO ring SELECT g, 0 FROM generate_series(0, {}) g;
+         ALTER TABLE ring OWNER TO app;",
+        N - 1
+    ));
+    let mut driver = c.app("driver");
+    // Without the guarantee the driver's poll never returns: fail instead.
+    driver.ok("SET statement_timeout = '10s'");
+    let mut sessions: Vec<Session> = (0..N).map(|k| c.app(&format!("s{k}"))).collect();
+    let pids: Vec<i32> =
+        sessions.iter_mut().map(|s| s.client.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)).collect();
+    let t0 = Instant::now();
+    for (k, s) in sessions.iter_mut().enumerate() {
+        s.ok(&format!("BEGIN; UPDATE ring SET v = v + 1 WHERE id = {k}"));
+    }
+    // Each step: send it, then poll (as the tester does) until it returns or
+    // is seen blocked on a lock, from the driver's own gated connection.
+    let mut running: Vec<Running> = vec![];
+    for (k, s) in sessions.into_iter().enumerate() {
+        let step = s.spawn(&format!("UPDATE ring SET v = v + 1 WHERE id = {}", (k + 1) % N));
+        let step_t0 = Instant::now();
+        loop {
+            let waits: Option<String> = driver
+                .client
+                .query_one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1", &[&pids[k]])
+                .unwrap()
+                .get(0);
+            if step.is_finished() || waits.as_deref() == Some("Lock") {
+                break;
+            }
+            assert!(step_t0.elapsed() < Duration::from_secs(10), "step {k} neither returned nor blocked");
+        }
+        // Pace the steps as the tester's are on a busy machine: each blocked
+        // session stalls before the next step, so the worker takes back the
+        // tickets it lent while the sessions idled.
+        if k + 1 < N {
+            wait_until(&format!("s{k} is stalled"), Duration::from_secs(5), || {
+                c.admin_i64(&format!(
+                    "SELECT count(*) FROM gatekeeper.sessions WHERE application_name = 's{k}' AND stalled"
+                )) == 1
+            });
+        }
+        running.push(step);
+    }
+    // Finish each step as it returns: the victim's rollback lets the one
+    // before it update, whose commit lets the one before that, and so on.
+    let mut deadlocked = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !running.is_empty() {
+        assert!(Instant::now() < deadline, "{} steps never returned", running.len());
+        let Some(k) = running.iter().position(|r| r.is_finished()) else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let d = running.swap_remove(k).join(Duration::from_secs(1));
+        let mut s = d.session;
+        match common::sqlstate(&d.result).as_deref() {
+            None => s.ok("COMMIT"),
+            Some("40P01") => {
+                deadlocked += 1;
+                s.ok("ROLLBACK");
+            }
+            Some(code) => panic!("{}: SQLSTATE {code}: {:?}", s.name, d.result),
+        }
+    }
+    assert_eq!(deadlocked, 1, "PostgreSQL's deadlock detector ends the ring once");
+    // Each of the 8 steps' polls may wait up to one stuck-scope bound.
+    assert!(t0.elapsed() < STUCK_BOUND * N as u32, "the ring took {:?}", t0.elapsed());
+    assert_eq!(c.admin_i64("SELECT sum(v) FROM ring"), (2 * N - 2) as i64, "every other update committed");
+    c.assert_quiet();
+}
+
+/// The bound: the guarantee admits one batch per quiet timeout, batches
+/// doubling (1, 2, ... at most the limit) while the scope stays stuck. Two
+/// sessions hold both places and sleep, with lending off; of the four
+/// queued behind them, one gets in after a timeout and two more after
+/// another.
+#[test]
+fn the_guarantee_admits_one_batch_per_quiet_timeout() {
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
+    let sleepers: Vec<Running> = (0..2).map(|k| c.app(&format!("sleep{k}")).spawn("SELECT pg_sleep(8)")).collect();
+    c.wait_status("two sleepers hold the places", |s| s.admitted() == 2);
+    let queued: Vec<Running> = (0..4).map(|k| c.app(&format!("q{k}")).spawn("SELECT pg_sleep(8)")).collect();
+    c.wait_status("four queued", |s| s.queued() == 4);
+    let t0 = Instant::now();
+    c.wait_status_for("a first session admitted over the limit", STUCK_BOUND, |s| s.admitted() >= 3);
+    let first = t0.elapsed();
+    assert_eq!(c.status().admitted(), 3, "the first batch is one session");
+    c.wait_status_for("a second batch of two", STUCK_BOUND, |s| s.admitted() >= 5);
+    let second = t0.elapsed();
+    // The timeout is 1 s; the clock starts at the last admission, a little
+    // before t0.
+    assert!(first >= Duration::from_millis(700), "first batch after {first:?}");
+    assert!(second - first >= Duration::from_millis(900), "second batch {:?} after the first", second - first);
+    assert!(c.status().int("overflow_total") >= 3);
+    for r in sleepers.into_iter().chain(queued) {
+        r.join_ok(Duration::from_secs(30));
+    }
+    c.assert_quiet();
+}
+
+/// Holders that compute never trigger the guarantee, however long their
+/// statements: the queue waits for them as before.
+#[test]
+fn computing_holders_keep_the_queue_waiting() {
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")]);
+    c.admin_exec(
+        "CREATE FUNCTION spin(secs float8) RETURNS void LANGUAGE plpgsql AS $$
+         BEGIN WHILE clock_timestamp() < statement_timestamp() + make_interval(secs => secs) LOOP END LOOP; END $$",
+    );
+    let before = c.status().int("overflow_total");
+    let busy = c.app("busy").spawn("SELECT spin(4)");
+    c.wait_status("busy holds the place", |s| s.admitted() == 1);
+    let waiting = c.app("waiting").spawn("SELECT 1");
+    c.wait_queued("waiting");
+    common::assert_stays_queued(&c, &waiting, Duration::from_millis(2500));
+    busy.join_ok(Duration::from_secs(30));
+    waiting.join_ok(Duration::from_secs(5));
+    assert_eq!(c.status().int("overflow_total"), before, "nobody admitted over the limit");
+    c.assert_quiet();
+}
