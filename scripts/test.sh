@@ -53,7 +53,7 @@ for m in "${majors[@]}"; do
   if step "PostgreSQL $m: build and install (debug)" bash scripts/install.sh "$m"; then
     step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
     step "PostgreSQL $m: integration tests" \
-      itest --test gate --test worker --test isolation --test adaptive --test errors --test exporter --test standby
+      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby
     step "PostgreSQL $m: chaos and restart tests" itest --test chaos
   fi
 done

@@ -37,6 +37,11 @@ ALTER SYSTEM SET pg_gatekeeper.max_queued = -5;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.client_check_interval = '-1s';
 \echo :LAST_ERROR_SQLSTATE
+-- The progress guarantee cannot be turned off, nor put out of reach.
+ALTER SYSTEM SET pg_gatekeeper.progress_timeout = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.progress_timeout = '2h';
+\echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.log_min_wait = -2;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.sample_interval = 0;

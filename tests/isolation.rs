@@ -102,6 +102,30 @@ fn classes_cluster(classes: &str, extra: &[(&'static str, &'static str)]) -> Clu
     c
 }
 
+/// Sessions held back only by their class's cap are not sessions a ticket
+/// could admit: they must not make the worker lend (which once raised the
+/// tickets to the ceiling within 2 s and let any role past the limit).
+#[test]
+fn sessions_waiting_on_their_class_cap_do_not_make_the_gate_lend() {
+    let c = classes_cluster("reports (max_active = 1)", &[("pg_gatekeeper.max_active", "2")]);
+    let rep = |k: usize| Session { name: format!("rep{k}"), client: c.connect("rep", &format!("rep{k}")) };
+    let held = rep(0).spawn("SELECT count(*) FROM generate_series(1, 3000000)");
+    wait_until("rep0 holds the class's place", Duration::from_secs(5), || class_i64(&c, "reports", "admitted") == 1);
+    let waiting: Vec<Running> = (1..3).map(|k| rep(k).spawn("SELECT 1")).collect();
+    wait_until("two reports wait on the cap", Duration::from_secs(5), || class_i64(&c, "reports", "queued") == 2);
+    // The worker samples every 5 ms while they wait: watch the tickets.
+    let t0 = Instant::now();
+    while !held.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+        let s = c.status();
+        assert_eq!(s.tickets(), 2, "tickets lent for sessions only their class's cap holds back");
+    }
+    held.join_ok(Duration::from_secs(30));
+    for r in waiting {
+        r.join_ok(Duration::from_secs(10));
+    }
+    c.assert_quiet();
+}
+
 #[test]
 fn a_capped_class_never_passes_its_cap_and_others_get_in() {
     let c = classes_cluster("reports (max_active = 2)", &[("pg_gatekeeper.max_active", "8")]);

@@ -164,6 +164,41 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     c.assert_quiet();
 }
 
+/// The breaker cannot be used to stay over the limit: sessions that hold a
+/// session-level lock someone waits for, and loop short statements, park
+/// between them holding the lock. While their queue moves they get in in
+/// their turn; admitting them over the limit each time they parked (as the
+/// breaker once did, 55 times in 8 s) breaks no cycle.
+#[test]
+fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = (0..8)
+        .map(|k| {
+            let mut s = c.app(&format!("shared{k}"));
+            s.ok("SELECT pg_advisory_lock_shared(777)");
+            s.looping("SELECT count(*) FROM generate_series(1, 100000)", &stop)
+        })
+        .collect();
+    let before = c.status().int("overflow_total");
+    let excl = c.app("exclusive").spawn("SELECT pg_advisory_lock(777)");
+    c.wait_for_event("exclusive", "advisory");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let s = c.status();
+        assert!(s.admitted() <= 3, "{} admitted at max_active 2 (the waiter and two places)", s.admitted());
+    }
+    let overflow = c.status().int("overflow_total") - before;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut sessions: Vec<Session> = loops.into_iter().map(|r| r.join_ok(Duration::from_secs(10)).session).collect();
+    for s in &mut sessions {
+        s.ok("SELECT pg_advisory_unlock_all()");
+    }
+    excl.join_ok(Duration::from_secs(5));
+    assert_eq!(overflow, 0, "admissions over the limit while the queue moved");
+    c.assert_quiet();
+}
+
 // -- 4. Lost client -------------------------------------------------------------------
 
 #[test]
