@@ -1,6 +1,7 @@
-//! Shared fixture for the integration tests: a private PostgreSQL 15 cluster
-//! with pg_gatekeeper preloaded, plus small helpers to drive sessions and to
-//! wait for states by polling the extension's views.
+//! Shared fixture for the integration tests: a private cluster of the
+//! PostgreSQL under test (`PG_BINDIR`) with pg_gatekeeper preloaded, plus
+//! small helpers to drive sessions and to wait for states by polling the
+//! extension's views.
 //!
 //! Conventions used by every test:
 //! - gated sessions log in as the non-superuser role `app`, each with a
