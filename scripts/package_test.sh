@@ -10,17 +10,19 @@
 # extension from the oldest released version, then removes the package
 # (15: apt-get purge) and checks that none of its files is left. The
 # development install is put back at the end, whatever happened. As root:
-#   bash scripts/package_test.sh [--pg NN] [--release]
-# --release tests the release package (a release build, a few minutes); by
-# default the debug library that scripts/install.sh built is packaged.
+#   bash scripts/package_test.sh [--pg NN] [--release | --package FILE]
+# By default the debug library that scripts/install.sh built is packaged;
+# --release packages the release build (a few minutes); --package tests a
+# package built already (dist/...: the .deb for 15, the tarball for 16-18).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PG_MAJOR=15 profile=(--debug)
+PG_MAJOR=15 profile=(--debug) given=
 while [ $# -gt 0 ]; do
   case $1 in
     --pg) PG_MAJOR=$2; shift ;;
     --release) profile=() ;;
+    --package) given=$(realpath "$2"); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -72,9 +74,14 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-echo "== building the package (scripts/package.sh --pg $PG_MAJOR ${profile[*]})"
-bash scripts/package.sh --pg "$PG_MAJOR" "${profile[@]}" --out "$work/dist" >"$work/package.log" 2>&1 ||
-  { tail -30 "$work/package.log"; fail "scripts/package.sh failed"; }
+mkdir -p "$work/dist"
+if [ -n "$given" ]; then
+  cp "$given" "$work/dist/"
+else
+  echo "== building the package (scripts/package.sh --pg $PG_MAJOR ${profile[*]})"
+  bash scripts/package.sh --pg "$PG_MAJOR" "${profile[@]}" --out "$work/dist" >"$work/package.log" 2>&1 ||
+    { tail -30 "$work/package.log"; fail "scripts/package.sh failed"; }
+fi
 [ -z "$(dev_files)" ] || fail "the development install is still there: $(dev_files)"
 
 if ((debian)); then
