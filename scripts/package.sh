@@ -146,8 +146,8 @@ Every released install and upgrade script is included, so UPDATE works from
 any earlier version. What changed between versions: CHANGELOG.md.
 
 Uninstall: DROP EXTENSION pg_gatekeeper in each database, remove it from
-shared_preload_libraries, restart, then delete the files this tarball put
-there:
+shared_preload_libraries, restart, then delete the files the cp commands
+put there (pkglibdir and sharedir standing for the server's own):
 
 $(cd "$t" && find pkglibdir sharedir -type f | sort | sed 's/^/  /')
 NOTE
