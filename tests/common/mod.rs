@@ -194,14 +194,31 @@ impl Cluster {
         connect_to(&self.dir, self.port, user, name).unwrap_or_else(|e| panic!("connect as {user}: {e}"))
     }
 
+    /// A session as `role`, named `name`.
+    pub fn session_as(&self, role: &str, name: &str) -> Session {
+        Session { name: name.to_string(), client: self.connect(role, name) }
+    }
+
     /// A gated session: role `app`, named `name`.
     pub fn app(&self, name: &str) -> Session {
-        Session { name: name.to_string(), client: self.connect("app", name) }
+        self.session_as("app", name)
     }
 
     /// An exempt superuser session (the observer's role), named `name`.
     pub fn superuser(&self, name: &str) -> Session {
-        Session { name: name.to_string(), client: self.connect("postgres", name) }
+        self.session_as("postgres", name)
+    }
+
+    /// The pg_gatekeeper worker's pid, if one runs.
+    pub fn worker_pid(&self) -> Option<i32> {
+        self.admin_query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'", &[])
+            .first()
+            .map(|r| r.get(0))
+    }
+
+    /// How many pg_gatekeeper workers run (1, or 0 while it restarts).
+    pub fn worker_count(&self) -> i64 {
+        self.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
     }
 
     /// Run SQL on the observer connection (superuser, exempt); panics on error.
