@@ -41,19 +41,13 @@ debian=0
 pkg=postgresql-$PG_MAJOR-pg-gatekeeper
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/pg_gatekeeper_package_test.XXXXXX")
-dir= installed=() ok=0
+mkdir -p "$work/dev/lib" "$work/dev/ext"
+dir= installed=()
 apt() { DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300 "$@"; }
 package_installed() { dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed; }
 dev_files() { find "$pkglibdir" "$extdir" -maxdepth 1 -name "$EXT*" \( -type f -o -type l \); }
 
-# The development install is set aside, and put back at exit.
-mkdir -p "$work/dev/lib" "$work/dev/ext"
-dev_files | while read -r f; do
-  case $f in
-    "$pkglibdir"/*) mv "$f" "$work/dev/lib/" ;;
-    *) mv "$f" "$work/dev/ext/" ;;
-  esac
-done
+# Whatever happens, the development install is put back at exit.
 cleanup() {
   local rc=$?
   [ -n "$dir" ] && cluster_stop "$dir"
@@ -73,6 +67,14 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# The development install is set aside.
+dev_files | while read -r f; do
+  case $f in
+    "$pkglibdir"/*) mv "$f" "$work/dev/lib/" ;;
+    *) mv "$f" "$work/dev/ext/" ;;
+  esac
+done
 
 mkdir -p "$work/dist"
 if [ -n "$given" ]; then
