@@ -2,7 +2,8 @@
 # Run every test of pg_gatekeeper, on every supported PostgreSQL version by
 # default: style checks and unit tests of the admission core once, then for
 # each version: build and install, pg_regress (upgrade path included),
-# concurrent integration tests, chaos and restart tests; the pg_upgrade test
+# concurrent integration tests, chaos and restart tests, and the package
+# (built, installed, used, updated and removed); the pg_upgrade test
 # (15 to 18) and a smoke run of the benchmark (15) once. Installs what is
 # missing first. Run as root from anywhere:
 #   bash scripts/test.sh            # every version
@@ -15,7 +16,7 @@ majors=("${PG_MAJORS[@]}")
 while [ $# -gt 0 ]; do
   case $1 in
     --pg) majors=("$2"); shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (use --pg NN)" >&2; exit 2 ;;
   esac
   shift
@@ -55,6 +56,9 @@ for m in "${majors[@]}"; do
     step "PostgreSQL $m: integration tests" \
       itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby
     step "PostgreSQL $m: chaos and restart tests" itest --test chaos
+    # Last for this version: it sets the development install aside and puts
+    # it back when done.
+    step "PostgreSQL $m: package (install, use, update, remove)" bash scripts/package_test.sh --pg "$m"
   fi
 done
 

@@ -16,3 +16,12 @@ RESET pg_gatekeeper.enabled;
 -- The prefix is reserved: a typo is an error, not a silent placeholder.
 SET pg_gatekeeper.max_activ = 3;
 \echo :LAST_ERROR_SQLSTATE
+
+-- Pin every description too: a setting whose behaviour changes must have
+-- its description read again.
+\pset format unaligned
+\pset tuples_only on
+SELECT name, short_desc, extra_desc
+  FROM pg_settings WHERE name LIKE 'pg_gatekeeper.%' ORDER BY name;
+\pset tuples_only off
+\pset format aligned

@@ -15,13 +15,17 @@ SELECT 'a' AS conn, pid FROM dblink('a', 'SELECT pg_backend_pid()') AS t(pid int
 UNION ALL SELECT 'b', pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid int)
 UNION ALL SELECT 'c', pid FROM dblink('c', 'SELECT pg_backend_pid()') AS t(pid int);
 
+-- The order in which the parked sessions get in: each draws a number.
+CREATE SEQUENCE public.handoff;
+GRANT USAGE ON SEQUENCE public.handoff TO PUBLIC;
+
 -- A holds the only slot with an open transaction.
 SELECT dblink_exec('a', 'BEGIN');
 SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 -- B then C park.
-SELECT dblink_send_query('b', 'SELECT ''b ran''');
+SELECT dblink_send_query('b', 'SELECT nextval(''public.handoff'')');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
-SELECT dblink_send_query('c', 'SELECT ''c ran''');
+SELECT dblink_send_query('c', 'SELECT nextval(''public.handoff'')');
 SELECT regress.wait_for('SELECT queued = 2 FROM gatekeeper.status');
 
 SELECT p.conn, s.state, s.queue_position, s.wait_ms >= 0 AS waiting
@@ -38,7 +42,7 @@ SELECT * FROM dblink('d', 'SELECT count(*) FROM gatekeeper.sessions WHERE state 
 SELECT * FROM dblink('d', 'SHOW pg_gatekeeper.max_active') AS t(v text);
 SELECT dblink_exec('d', 'SET application_name = ''still free''');
 -- ... but not a query that does other work through the views.
-SELECT dblink_send_query('d', 'SELECT pg_sleep(0) FROM gatekeeper.status');
+SELECT dblink_send_query('d', 'SELECT nextval(''public.handoff'') FROM gatekeeper.status');
 SELECT regress.wait_for('SELECT queued = 3 FROM gatekeeper.status');
 SELECT s.queue_position FROM gatekeeper.sessions s
   JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'still free';
@@ -48,16 +52,18 @@ SELECT dblink_connect('g', regress.conninfo('regress_app'));
 SELECT dblink_send_query('g', 'SELECT queued FROM gatekeeper.status');
 SELECT regress.wait_for('SELECT queued = 4 FROM gatekeeper.status');
 
--- COMMIT hands the slot to the head of the queue: B, then C, then D, then G.
+-- COMMIT hands the slot to the head of the queue: B, then C, then D (they
+-- draw 1, 2 and 3), then G, which sees nobody queued any more.
 SELECT dblink_exec('a', 'COMMIT');
-SELECT * FROM dblink_get_result('b') AS t(x text);
-SELECT * FROM dblink_get_result('b') AS t(x text);
-SELECT * FROM dblink_get_result('c') AS t(x text);
-SELECT * FROM dblink_get_result('c') AS t(x text);
-SELECT * FROM dblink_get_result('d') AS t(x text);
-SELECT * FROM dblink_get_result('d') AS t(x text);
-SELECT * FROM dblink_get_result('g') AS t(x int);
-SELECT * FROM dblink_get_result('g') AS t(x int);
+SELECT * FROM dblink_get_result('b') AS t(b bigint);
+SELECT * FROM dblink_get_result('b') AS t(b bigint);
+SELECT * FROM dblink_get_result('c') AS t(c bigint);
+SELECT * FROM dblink_get_result('c') AS t(c bigint);
+SELECT * FROM dblink_get_result('d') AS t(d bigint);
+SELECT * FROM dblink_get_result('d') AS t(d bigint);
+SELECT * FROM dblink_get_result('g') AS t(queued_then int);
+SELECT * FROM dblink_get_result('g') AS t(queued_then int);
+DROP SEQUENCE public.handoff;
 SELECT regress.quiet();
 SELECT admitted_total, waited_total, overflow_total, queue_timeouts_total, rejected_total,
        wait_time_total_ms > 0 AS waited, wait_p50_ms > 0 AS has_p50, wait_max_ms >= wait_p50_ms AS max_ok

@@ -150,7 +150,6 @@ unsafe fn cstring(p: *const std::ffi::c_char) -> Option<String> {
 }
 
 #[pg_extern(name = "status", parallel_restricted)]
-#[allow(clippy::type_complexity)]
 fn status() -> TableIterator<
     'static,
     (
@@ -232,7 +231,6 @@ fn status() -> TableIterator<
 /// `gatekeeper.status` after `stats_reset` (a set-returning function has at
 /// most 32 columns here, so the view joins this one to `status()`).
 #[pg_extern(name = "limit_state", parallel_restricted)]
-#[allow(clippy::type_complexity)]
 fn limit_state() -> TableIterator<
     'static,
     (
@@ -247,7 +245,6 @@ fn limit_state() -> TableIterator<
 }
 
 #[pg_extern(name = "sessions", parallel_restricted)]
-#[allow(clippy::type_complexity)]
 fn sessions() -> TableIterator<
     'static,
     (
@@ -299,7 +296,6 @@ fn sessions() -> TableIterator<
 }
 
 #[pg_extern(name = "classes", parallel_restricted)]
-#[allow(clippy::type_complexity)]
 fn classes() -> TableIterator<
     'static,
     (
@@ -389,7 +385,6 @@ fn wait_histogram(
 }
 
 #[pg_extern(name = "history", parallel_restricted)]
-#[allow(clippy::type_complexity)]
 fn history() -> TableIterator<
     'static,
     (

@@ -100,8 +100,10 @@ pub fn init() {
     unsafe {
         GucRegistry::define_int_guc_with_hooks(
             c"pg_gatekeeper.max_active",
-            c"Target number of concurrently running gated transactions (0 = derive from the CPUs).",
-            c"With 0, the limit is ceil(effective CPUs x pg_gatekeeper.active_per_cpu).",
+            c"Target number of concurrently running gated transactions (0 = automatic and adaptive).",
+            c"With 0, the limit starts at ceil(effective CPUs x pg_gatekeeper.active_per_cpu), its floor, \
+              and adapts to the gate's throughput, up to pg_gatekeeper.active_per_cpu_max per CPU. \
+              A value above 0 is the limit, and turns adaptation off.",
             &MAX_ACTIVE,
             0,
             MAX_BACKENDS,
@@ -114,7 +116,7 @@ pub fn init() {
         GucRegistry::define_float_guc_with_hooks(
             c"pg_gatekeeper.active_per_cpu",
             c"Running transactions per effective CPU when pg_gatekeeper.max_active is 0.",
-            c"",
+            c"Where the automatic limit starts, and its floor.",
             &ACTIVE_PER_CPU,
             0.1,
             1000.0,
@@ -140,7 +142,7 @@ pub fn init() {
         );
         GucRegistry::define_int_guc_with_hooks(
             c"pg_gatekeeper.max_tickets",
-            c"Most admissions at once, counting holders that wait on their client (0 = automatic).",
+            c"Most admissions at once, counting holders that wait on their client (0 = no cap).",
             c"Holders that are idle in transaction lend their place; this caps how far. \
               0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
             &MAX_TICKETS,
@@ -272,7 +274,7 @@ pub fn init() {
     );
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.sample_interval",
-        c"How often the worker samples admitted sessions while others are queued.",
+        c"How often the worker samples admitted sessions while others are queued or holders are stalled.",
         c"",
         &SAMPLE_INTERVAL,
         1,

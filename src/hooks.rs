@@ -22,8 +22,9 @@ use pgrx::prelude::*;
 
 use crate::{gate, gucs, monitor, session};
 
-unsafe extern "C-unwind" {
-    /// Saves the previous hooks and installs the C entry points.
+unsafe extern "C" {
+    /// Saves the previous hooks and installs the C entry points; it only
+    /// assigns pointers, so it raises no error.
     fn gk_install_hooks();
 }
 

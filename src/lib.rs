@@ -11,7 +11,11 @@
 //!   [`procs`]: reading other backends' PGPROC entries.
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
 //! - [`api`]: views and functions; [`errors`]: every error we raise.
-#![deny(unsafe_op_in_unsafe_fn)]
+
+// pgrx turns a PostgreSQL error into a Rust panic and back at each guarded
+// boundary; with panic = "abort" every ERROR would take the server down.
+#[cfg(not(panic = "unwind"))]
+compile_error!("pg_gatekeeper must be built with panic = \"unwind\" (Cargo.toml's profiles set it)");
 
 use pgrx::prelude::*;
 

@@ -172,7 +172,7 @@ pub fn resolve() -> Resolved {
         }
     };
     // 0: no cap but the backends themselves. The running-holder rule alone
-    // decides how far idle holders lend (see the README's benchmark section).
+    // decides how far idle holders lend (bench/README.md, "Choosing the defaults").
     // SAFETY: MaxBackends is set by the postmaster before shared memory is
     // sized, and inherited by every process that resolves the limit.
     let backends = unsafe { pg_sys::MaxBackends }.max(1) as u32;

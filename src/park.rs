@@ -79,7 +79,9 @@ impl Sleeper {
         // It can elog(ERROR) (a failed epoll call): the guarded boundary
         // turns that into an unwind, so the caller's `Parked` guard still
         // leaves the queue, instead of a longjmp over the Rust frames.
-        !unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| pq_check_connection()) }
+        #[allow(ffi_unwind_calls)] // inside pgrx's guard
+        let connected = unsafe { pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| pq_check_connection()) };
+        !connected
     }
 
     /// Sleep until the latch is set, the client hangs up, or `max_ms` pass.

@@ -126,6 +126,7 @@ unsafe extern "C-unwind" fn shmem_request() {
     // MaxBackends is set and requesting space and tranches is allowed.
     unsafe {
         if let Some(prev) = PREV_SHMEM_REQUEST {
+            #[allow(ffi_unwind_calls)] // inside pgrx's guard
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
         let (.., total) = offsets(pg_sys::MaxBackends as usize, gucs::history_size());
@@ -140,6 +141,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
     // memory available; AddinShmemInitLock serialises ShmemInitStruct.
     unsafe {
         if let Some(prev) = PREV_SHMEM_STARTUP {
+            #[allow(ffi_unwind_calls)] // inside pgrx's guard
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
         let nslots = pg_sys::MaxBackends as usize;

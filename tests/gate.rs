@@ -369,7 +369,7 @@ fn set_show_and_monitoring_queries_never_wait() {
     // A member of pg_monitor, neither superuser nor exempt, reads the views
     // of a full gate at once, through either protocol.
     c.admin_exec("CREATE ROLE watcher LOGIN IN ROLE pg_monitor");
-    let mut m = Session { name: "watcher".into(), client: c.connect("watcher", "watcher") };
+    let mut m = c.session_as("watcher", "watcher");
     for sql in ["SELECT queued FROM gatekeeper.status", "SELECT * FROM gatekeeper.sessions"] {
         let t0 = Instant::now();
         m.ok(sql);

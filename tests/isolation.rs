@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{sqlstate, wait_until, Cluster, Running, Session};
+use common::{sqlstate, wait_until, Cluster, Running};
 
 /// The stall timeout these tests use, and the slack they allow on top.
 const STALL_MS: u64 = 500;
@@ -130,12 +130,8 @@ fn sessions_waiting_on_their_class_cap_do_not_make_the_gate_lend() {
 fn a_capped_class_never_passes_its_cap_and_others_get_in() {
     let c = classes_cluster("reports (max_active = 2)", &[("pg_gatekeeper.max_active", "8")]);
     let stop = Arc::new(AtomicBool::new(false));
-    let reports: Vec<Running> = (0..20)
-        .map(|k| {
-            Session { name: format!("rep{k}"), client: c.connect("rep", &format!("rep{k}")) }
-                .looping("SELECT pg_sleep(0.3)", &stop)
-        })
-        .collect();
+    let reports: Vec<Running> =
+        (0..20).map(|k| c.session_as("rep", &format!("rep{k}")).looping("SELECT pg_sleep(0.3)", &stop)).collect();
     wait_until("reports queue behind their cap", Duration::from_secs(5), || class_i64(&c, "reports", "queued") >= 10);
     let mut most = 0;
     let t0 = Instant::now();
@@ -168,7 +164,7 @@ fn weights_split_admissions_between_saturated_classes() {
     for (role, n) in [("rep", 12), ("ol", 12)] {
         for k in 0..n {
             let name = format!("{role}{k}");
-            all.push(Session { client: c.connect(role, &name), name }.looping("SELECT pg_sleep(0.02)", &stop));
+            all.push(c.session_as(role, &name).looping("SELECT pg_sleep(0.02)", &stop));
         }
     }
     wait_until("both classes queue", Duration::from_secs(5), || {
@@ -200,7 +196,7 @@ fn a_reserve_lets_its_class_in_while_another_saturates_the_gate() {
     let mut worst = Duration::ZERO;
     for k in 0..10 {
         let name = format!("rep{k}");
-        let s = Session { client: c.connect("rep", &name), name };
+        let s = c.session_as("rep", &name);
         worst = worst.max(s.spawn("SELECT 1").join_ok(Duration::from_secs(5)).elapsed);
     }
     stop.store(true, Ordering::Relaxed);
@@ -217,11 +213,11 @@ fn a_class_timeout_and_queue_limit_name_the_class() {
         "reports (max_active = 1, queue_timeout = 300ms, max_queued = 1)",
         &[("pg_gatekeeper.max_active", "4")],
     );
-    let mut holder = Session { client: c.connect("rep", "holder"), name: "holder".into() };
+    let mut holder = c.session_as("rep", "holder");
     holder.ok("BEGIN; SELECT 1");
-    let waiter = Session { client: c.connect("rep", "waiter"), name: "waiter".into() }.spawn("SELECT 2");
+    let waiter = c.session_as("rep", "waiter").spawn("SELECT 2");
     wait_until("the waiter is queued", Duration::from_secs(5), || class_i64(&c, "reports", "queued") == 1);
-    let mut third = Session { client: c.connect("rep", "third"), name: "third".into() };
+    let mut third = c.session_as("rep", "third");
     let full = third.exec("SELECT 3");
     assert_eq!(sqlstate(&full).as_deref(), Some("53400"), "{full:?}");
     let detail = full.unwrap_err().as_db_error().and_then(|e| e.detail().map(str::to_string)).unwrap_or_default();

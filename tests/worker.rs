@@ -39,10 +39,6 @@ fn create_t(c: &Cluster) {
     );
 }
 
-fn worker_count(c: &Cluster) -> i64 {
-    c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
-}
-
 // -- 1. Idle holders lend their place ---------------------------------------------
 
 #[test]
@@ -291,7 +287,7 @@ fn the_gate_starts_clean_after_a_crash_restart() {
     let s = c.status();
     assert_eq!((s.admitted(), s.queued(), s.int("admitted_total")), (0, 0, 0), "{:?}", s.0);
     // The worker is back: listed again, and recording history samples.
-    wait_until("the worker is back", Duration::from_secs(10), || worker_count(&c) == 1);
+    wait_until("the worker is back", Duration::from_secs(10), || c.worker_count() == 1);
     let last_sample =
         || c.admin_query("SELECT max(sample_time)::text FROM gatekeeper.history", &[])[0].get::<_, Option<String>>(0);
     let first = last_sample();
@@ -314,7 +310,7 @@ fn the_gate_starts_clean_after_a_crash_restart() {
 #[test]
 fn the_worker_shows_in_pg_stat_activity() {
     let c = Cluster::start(&[]);
-    wait_until("one pg_gatekeeper worker runs", Duration::from_secs(5), || worker_count(&c) == 1);
+    wait_until("one pg_gatekeeper worker runs", Duration::from_secs(5), || c.worker_count() == 1);
     c.assert_quiet();
 }
 
@@ -350,21 +346,16 @@ fn long_waits_are_logged_and_recorded_in_history() {
 
 // -- 9. The worker comes back, and the gate stays safe while it is away ------------------
 
-fn worker_pid(c: &Cluster) -> Option<i32> {
-    let rows = c.admin_query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'", &[]);
-    rows.first().map(|r| r.get(0))
-}
-
 #[test]
 fn a_terminated_worker_comes_back_within_about_a_second() {
     let c = Cluster::start(&[]);
-    wait_until("the worker runs", Duration::from_secs(5), || worker_pid(&c).is_some());
+    wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
     for round in 0..2 {
-        let old = worker_pid(&c).unwrap();
+        let old = c.worker_pid().unwrap();
         // The routine way to end every other session, as a DBA would.
         c.admin_exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()");
         let t0 = Instant::now();
-        wait_until("a new worker runs", Duration::from_secs(10), || worker_pid(&c).is_some_and(|p| p != old));
+        wait_until("a new worker runs", Duration::from_secs(10), || c.worker_pid().is_some_and(|p| p != old));
         // The first termination: back after the worker's 1 s restart
         // interval. The second comes a few milliseconds after that restart:
         // PostgreSQL 15's postmaster then sometimes starts it only at its
@@ -388,7 +379,7 @@ fn a_reload_applies_while_the_worker_is_away() {
     // Hold the worker back: stop it and let the postmaster restart it only
     // after the reload has been applied by a backend.
     c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
-    let pid = worker_pid(&c).expect("the worker runs");
+    let pid = c.worker_pid().expect("the worker runs");
     Cluster::kill(pid, "STOP");
     c.admin_exec("SELECT pg_reload_conf()");
     // A gated backend that reloaded applies the new limit at its next admission.

@@ -62,9 +62,11 @@ pub enum Reason {
     /// Automatic and adaptive, at its floor since the server started or
     /// adaptation was switched on.
     Start = 2,
-    /// Sessions were queued while the CPUs had idle time.
+    /// A larger limit raised throughput, or a smaller one cost too much
+    /// and was taken back.
     Grow = 3,
-    /// The CPUs were saturated.
+    /// A smaller limit kept throughput, a larger one did not pay and was
+    /// taken back, or most places were held by lock waiters.
     Shrink = 4,
     /// A reload moved the bounds, and the limit with them.
     Reload = 5,

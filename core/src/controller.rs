@@ -28,7 +28,7 @@
 //! then added only while at least that fraction of the CPU time is idle,
 //! and lent tickets are taken back while the idle fraction is below
 //! [`RECLAIM_FRACTION`] of it. With 0 (the default) the running-holder rule
-//! alone decides; see the README's benchmark section for why.
+//! alone decides; bench/README.md ("Choosing the defaults") says why.
 //!
 //! The running count is smoothed ([`smooth`]) and compared with a margin of
 //! half a session ([`HYSTERESIS`]). A holder caught in the fraction of a

@@ -6,12 +6,6 @@ use std::collections::HashMap;
 use crate::common::{count_lines, Cluster, Status};
 use crate::shared::Tally;
 
-pub(crate) fn worker_pid(c: &Cluster) -> Option<i32> {
-    c.admin_query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'", &[])
-        .first()
-        .map(|r| r.get(0))
-}
-
 pub(crate) fn diagnostics(c: &Cluster) -> String {
     let sessions: Vec<String> = c
         .admin_query(

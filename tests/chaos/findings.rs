@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Cluster, Session};
+use crate::common::Cluster;
 
 /// Park between transactions, never inside one (docs/DESIGN.md §4); and the core's
 /// `Gate::set_exempt`: a change of exemption "only takes effect between
@@ -26,7 +26,7 @@ fn a_transaction_begun_exempt_is_not_parked_when_a_reload_gates_it() {
     x.ok("UPDATE t SET v = v + 1 WHERE id = 1");
     assert_eq!(c.session("x").unwrap().state, "exempt");
     // A gated holder takes the only place (lending is off).
-    let mut h = Session { name: "holder".into(), client: c.connect("app_to", "holder") };
+    let mut h = c.session_as("app_to", "holder");
     h.ok("BEGIN");
     h.ok("SELECT 1");
 

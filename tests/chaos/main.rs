@@ -79,7 +79,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use checks::{check_totals, diagnostics, log_summary, worker_pid};
+use checks::{check_totals, diagnostics, log_summary};
 use common::{count_lines, crash_lines, wait_until, Cluster};
 use driver::Driver;
 use faults::{inject_faults, psql_killer};
@@ -127,7 +127,7 @@ fn chaos_keeps_the_gate_exact() {
     setup_schema(&c);
     let start_status = c.status();
     assert_eq!(start_status.int("admitted_total"), 0, "{:?}", start_status.0);
-    worker_pid(&c).expect("the worker runs");
+    c.worker_pid().expect("the worker runs");
 
     let sh = Shared {
         stop: AtomicBool::new(false),
@@ -286,7 +286,7 @@ fn chaos_keeps_the_gate_exact() {
     let terminations = faults.fault("worker terminations") as usize;
     let starts = count_lines(&log, "pg_gatekeeper worker started");
     check(
-        worker_pid(&c).is_some() && starts == 1 + terminations,
+        c.worker_pid().is_some() && starts == 1 + terminations,
         format!("the worker started {starts} times for {terminations} terminations, or does not run now"),
     );
     let crashes = crash_lines(&log);

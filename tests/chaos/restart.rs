@@ -5,10 +5,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::{count_lines, crash_lines, sqlstate, wait_until, Cluster};
 
-fn worker_count(c: &Cluster) -> i64 {
-    c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
-}
-
 const TWO_TICKETS: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")];
 
 /// `pg_ctl restart -m fast` while one session runs, one idles in its
@@ -54,7 +50,7 @@ fn pg_ctl_restart_fast_with_parked_sessions() {
     // A clean gate: the shared memory was created anew.
     let s = c.status();
     assert_eq!((s.admitted(), s.queued(), s.int("admitted_total"), s.tickets()), (0, 0, 0, 2), "{:?}", s.0);
-    wait_until("the worker is back", Duration::from_secs(10), || worker_count(&c) == 1);
+    wait_until("the worker is back", Duration::from_secs(10), || c.worker_count() == 1);
 
     // The shutdown was clean (a shutdown checkpoint, no crash recovery).
     let text = c.log_text();

@@ -1,6 +1,7 @@
-//! Shared fixture for the integration tests: a private PostgreSQL 15 cluster
-//! with pg_gatekeeper preloaded, plus small helpers to drive sessions and to
-//! wait for states by polling the extension's views.
+//! Shared fixture for the integration tests: a private cluster of the
+//! PostgreSQL under test (`PG_BINDIR`) with pg_gatekeeper preloaded, plus
+//! small helpers to drive sessions and to wait for states by polling the
+//! extension's views.
 //!
 //! Conventions used by every test:
 //! - gated sessions log in as the non-superuser role `app`, each with a
@@ -193,14 +194,31 @@ impl Cluster {
         connect_to(&self.dir, self.port, user, name).unwrap_or_else(|e| panic!("connect as {user}: {e}"))
     }
 
+    /// A session as `role`, named `name`.
+    pub fn session_as(&self, role: &str, name: &str) -> Session {
+        Session { name: name.to_string(), client: self.connect(role, name) }
+    }
+
     /// A gated session: role `app`, named `name`.
     pub fn app(&self, name: &str) -> Session {
-        Session { name: name.to_string(), client: self.connect("app", name) }
+        self.session_as("app", name)
     }
 
     /// An exempt superuser session (the observer's role), named `name`.
     pub fn superuser(&self, name: &str) -> Session {
-        Session { name: name.to_string(), client: self.connect("postgres", name) }
+        self.session_as("postgres", name)
+    }
+
+    /// The pg_gatekeeper worker's pid, if one runs.
+    pub fn worker_pid(&self) -> Option<i32> {
+        self.admin_query("SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'", &[])
+            .first()
+            .map(|r| r.get(0))
+    }
+
+    /// How many pg_gatekeeper workers run (1, or 0 while it restarts).
+    pub fn worker_count(&self) -> i64 {
+        self.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
     }
 
     /// Run SQL on the observer connection (superuser, exempt); panics on error.
