@@ -190,7 +190,7 @@ pub fn init() {
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.progress_timeout",
         c"While sessions are queued and no holder has worked for this long, admit the queue's head over the limit.",
-        c"The progress guarantee: a wait cycle through the queue (a client, dblink, another server) lasts at most about this long. Working means on a CPU or doing I/O; waiting on a lock, a client, a sleep or another server is not. At most max_active such admissions are held at once.",
+        c"The progress guarantee: a wait cycle through the queue (a client, dblink, another server) lasts about this long. Working means on a CPU or doing I/O; waiting on a lock, a client, a sleep or another server is not. One batch per timeout while nothing works, 1, 2, 4... at most max_active; a class at its cap is watched the same way.",
         &PROGRESS_TIMEOUT,
         100,
         3_600_000,
