@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Mixed workload: OLTP (pgbench TPC-B) beside long reports, side by side.
 #
-#   bench/mixed.sh [--clients 64] [--reports 8] [--duration 40] [--rounds 3] [--out DIR]
+#   bench/mixed.sh [--clients 64] [--reports 8] [--duration 40] [--rounds 3] [--async] [--out DIR]
+#
+# Commits are durable by default (PostgreSQL's fsync = on, synchronous_commit
+# = on); --async runs with fsync = off and synchronous_commit = off, as the
+# results before November 2026 did, and says so in the summary.
 #
 # Configurations, interleaved in each round on one throw-away cluster:
 #   bare        PostgreSQL without the library
@@ -10,6 +14,8 @@
 #   gate-nostall  pg_gatekeeper with stall relief off (pg_gatekeeper.stall_timeout = 0): before stall relief
 #   gate-class  pg_gatekeeper with the reports' role in a class capped at 2
 #   gate-stall-T  pg_gatekeeper with pg_gatekeeper.stall_timeout = T (e.g. gate-stall-100ms), for choosing the default
+#   gate-progress-T  pg_gatekeeper with pg_gatekeeper.progress_timeout = T (gate-progress-1h: the progress
+#               guarantee effectively off, to measure what it costs)
 #   gate-fixed  pg_gatekeeper with the automatic limit fixed at its floor (active_per_cpu_max = 0):
 #               the gate before the adaptive limit
 # MIXED_CONFIGS="..." picks and orders the configurations.
@@ -23,7 +29,7 @@ set -euo pipefail
 
 source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
-clients=64 reports=8 duration=40 rounds=3 scale=10
+clients=64 reports=8 duration=40 rounds=3 scale=10 durability=durable
 out=bench/results/mixed-$(date +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,6 +37,7 @@ while [ $# -gt 0 ]; do
     --reports) reports=$2; shift ;;
     --duration) duration=$2; shift ;;
     --rounds) rounds=$2; shift ;;
+    --async) durability=async ;;
     --out) out=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -60,9 +67,10 @@ unix_socket_directories = '$work'
 listen_addresses = ''
 max_connections = $((clients + reports + 40))
 shared_buffers = 512MB
-fsync = off
-synchronous_commit = off
 CONF
+if [ "$durability" = async ]; then
+  printf "fsync = off\nsynchronous_commit = off\n" >> "$work/data/postgresql.conf"
+fi
 cp "$work/data/postgresql.conf" "$work/base.conf"
 
 start() { # preload extra-conf-lines
@@ -109,6 +117,7 @@ one_run() { # config round
     gate) start pg_gatekeeper "" ;;
     gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
     gate-stall-*) start pg_gatekeeper "pg_gatekeeper.stall_timeout = '${cfg#gate-stall-}'" ;;
+    gate-progress-*) start pg_gatekeeper "pg_gatekeeper.progress_timeout = '${cfg#gate-progress-}'" ;;
     gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'" ;;
     gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;
   esac
@@ -137,20 +146,24 @@ one_run() { # config round
 }
 
 echo "config,round,oltp_tps,oltp_p99_ms,reports" > "$out/results.csv"
-echo "mixed: $clients TPC-B clients + $reports report loops, ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs"
+echo "mixed: $clients TPC-B clients + $reports report loops, ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs, $durability commits"
 for rnd in $(seq "$rounds"); do
   for cfg in $configs; do one_run "$cfg" "$rnd"; done
 done
 
-python3 - "$out" "$clients" "$reports" "$duration" "$rounds" <<'PY'
+python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$configs" <<'PY'
 import csv, statistics, sys, os
-out, clients, reports, duration, rounds = sys.argv[1:]
+out, clients, reports, duration, rounds, durability, configs = sys.argv[1:]
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
 cfgs = list(dict.fromkeys(r["config"] for r in rows))
 def col(c, k): return [float(r[k]) for r in rows if r["config"] == c]
 bare = statistics.median(col("bare", "oltp_tps")) if "bare" in cfgs else None
-lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops, {duration} s per run, "
-         f"medians of {rounds} round(s) (min-max). Command: `bench/mixed.sh --rounds {rounds} --duration {duration}`.", "",
+commits = ("durable commits (fsync = on, synchronous_commit = on)" if durability == "durable"
+           else "ASYNCHRONOUS commits (fsync = off, synchronous_commit = off)")
+flag = " --async" if durability == "async" else ""
+lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops, {duration} s per run, {commits}, "
+         f"{os.cpu_count()} CPUs, medians of {rounds} round(s) (min-max). "
+         f"Command: `MIXED_CONFIGS='{configs}' bench/mixed.sh --rounds {rounds} --duration {duration}{flag}`.", "",
          "| configuration | OLTP tps | vs bare | OLTP p99 ms | reports done |", "|---|---|---|---|---|"]
 for c in cfgs:
     t, p, n = col(c, "oltp_tps"), col(c, "oltp_p99_ms"), col(c, "reports")
