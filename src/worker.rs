@@ -294,9 +294,9 @@ fn sample_and_steer(
         }
         *l.gate.header()
     });
-    if h.queued > 0 {
-        live.finish(scan, &h, now, gucs::progress_timeout_us());
-    }
+    // Every sample, so that a scope whose queue empties without admissions
+    // (timeouts, cancels) starts a new queue's quiet time afresh.
+    live.finish(scan, &h, now, gucs::progress_timeout_us());
     (h.queued, h.stalled)
 }
 

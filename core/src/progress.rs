@@ -206,6 +206,19 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_that_empties_without_admissions_starts_afresh() {
+        let mut w = Watch::default();
+        w.observe(0, quiet(3), T, 8);
+        w.observe(900_000, quiet(3), T, 8);
+        // The waiters time out: nothing queued, nobody admitted.
+        assert_eq!(w.observe(950_000, ScopeSample { blocked: false, ..quiet(3) }, T, 8), Verdict::Moving);
+        // A new queue, long after: not stuck before a whole timeout of its own.
+        assert_eq!(w.observe(5_000_000, quiet(3), T, 8), Verdict::Quiet { probe: false });
+        assert_eq!(w.observe(5_900_000, quiet(3), T, 8), Verdict::Quiet { probe: true });
+        assert_eq!(w.observe(6_000_000, quiet(3), T, 8), Verdict::Stuck { batch: 1 });
+    }
+
+    #[test]
     fn nothing_waits_nothing_to_do() {
         let mut w = Watch::default();
         for step in 0..100 {
