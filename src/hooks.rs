@@ -137,11 +137,40 @@ impl Utility {
                 }
                 T_VariableSetStmt | T_VariableShowStmt | T_DiscardStmt | T_DeallocateStmt | T_ListenStmt
                 | T_UnlistenStmt | T_ClosePortalStmt | T_CheckPointStmt => Utility::Free,
+                // EXECUTE evaluates its parameters (any expressions) before
+                // the planner and ExecutorStart run, and so does EXPLAIN
+                // [ANALYZE] EXECUTE: admitted first.
+                T_ExecuteStmt | T_ExplainStmt if evaluates_parameters(stmt) => Utility::Gated,
                 // The statement inside is planned or executed through the
                 // planner and ExecutorStart hooks, which decide for it.
                 T_PrepareStmt | T_ExecuteStmt | T_ExplainStmt => Utility::Free,
                 _ => Utility::Gated,
             }
+        }
+    }
+}
+
+/// Whether `stmt` is an EXECUTE with parameters, or an EXPLAIN of one.
+///
+/// SAFETY: `stmt` must be a valid utility statement node (or the analysed
+/// Query an EXPLAIN holds).
+unsafe fn evaluates_parameters(stmt: *mut pg_sys::Node) -> bool {
+    use pg_sys::NodeTag::*;
+    // SAFETY: per the caller; each cast matches the node's tag.
+    unsafe {
+        match (*stmt).type_ {
+            T_ExecuteStmt => !(*(stmt as *mut pg_sys::ExecuteStmt)).params.is_null(),
+            T_ExplainStmt => {
+                let query = (*(stmt as *mut pg_sys::ExplainStmt)).query;
+                !query.is_null() && evaluates_parameters(query)
+            }
+            T_Query => {
+                let q = &*(stmt as *mut pg_sys::Query);
+                q.commandType == pg_sys::CmdType::CMD_UTILITY
+                    && !q.utilityStmt.is_null()
+                    && evaluates_parameters(q.utilityStmt)
+            }
+            _ => false,
         }
     }
 }
