@@ -9,12 +9,15 @@ SELECT pg_reload_conf();
 SELECT regress.wait_for('SELECT max_active = 1 AND tickets = 1 FROM gatekeeper.status');
 
 -- Evidence that something ran: the sequence moves, whether or not its
--- transaction commits.
+-- transaction commits; a function that has started holds a lock on the
+-- table it reads (its query parks only once analysed).
 CREATE SEQUENCE regress.free_seq;
 GRANT USAGE ON SEQUENCE regress.free_seq TO PUBLIC;
+CREATE TABLE regress.free_tab (x int);
+GRANT SELECT ON regress.free_tab TO PUBLIC;
 -- In the extension's schema, but not the extension's.
 CREATE FUNCTION gatekeeper.impostor() RETURNS SETOF bigint LANGUAGE plpgsql
-  AS $$ BEGIN RETURN NEXT nextval('regress.free_seq'); END $$;
+  AS $$ BEGIN RETURN QUERY SELECT count(*) FROM regress.free_tab; END $$;
 -- A record type with a domain column whose CHECK calls nextval.
 CREATE DOMAIN regress.dcount AS int CHECK (VALUE > 0 AND nextval('regress.free_seq') > 0);
 CREATE TYPE regress.rcount AS (n regress.dcount);
@@ -23,15 +26,17 @@ CREATE DATABASE regression_noext;
 SELECT dblink_exec(regress.conninfo(current_user, 'regression_noext'), $$
   CREATE SCHEMA gatekeeper;
   GRANT USAGE ON SCHEMA gatekeeper TO PUBLIC;
-  CREATE SEQUENCE gatekeeper.calls;
-  GRANT USAGE ON SEQUENCE gatekeeper.calls TO PUBLIC;
+  CREATE TABLE gatekeeper.calls (x int);
+  GRANT SELECT ON gatekeeper.calls TO PUBLIC;
   CREATE FUNCTION gatekeeper.status() RETURNS SETOF bigint LANGUAGE plpgsql
-    AS 'BEGIN RETURN NEXT nextval(''gatekeeper.calls''); END'$$);
+    AS 'BEGIN RETURN QUERY SELECT count(*) FROM gatekeeper.calls; END'$$);
 
 SELECT dblink_connect('a', regress.conninfo('regress_app'));
 SELECT dblink_connect('m', regress.conninfo('regress_monitor'));
 SELECT dblink_connect('n', regress.conninfo('regress_monitor', 'regression_noext'));
 SELECT dblink_connect('j', regress.conninfo('regress_monitor'));
+SELECT pid AS m_pid FROM dblink('m', 'SELECT pg_backend_pid()') AS t(pid int) \gset
+SELECT pid AS n_pid FROM dblink('n', 'SELECT pg_backend_pid()') AS t(pid int) \gset
 SELECT dblink_exec('a', 'BEGIN');
 SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 
@@ -72,8 +77,10 @@ SELECT regress.wait_for('SELECT queued = 2 FROM gatekeeper.status');
 -- And a built-in that reaches a domain's CHECK.
 SELECT dblink_send_query('j', $$SELECT json_populate_record(NULL::regress.rcount, '{"n": 1}') FROM gatekeeper.status$$);
 SELECT regress.wait_for('SELECT queued = 3 FROM gatekeeper.status');
--- Nothing of them ran.
+-- Nothing of them ran: no CHECK, and neither function has started.
 SELECT last_value, is_called FROM regress.free_seq;
+SELECT count(*) AS tables_locked FROM pg_locks
+ WHERE locktype = 'relation' AND pid IN (:m_pid, :n_pid);
 
 SELECT dblink_exec('a', 'COMMIT');
 SELECT * FROM dblink_get_result('m') AS t(x bigint);
@@ -88,6 +95,7 @@ SELECT dblink_disconnect('a'), dblink_disconnect('m'), dblink_disconnect('n'), d
 SELECT regress.quiet();
 DROP DATABASE regression_noext WITH (FORCE);
 DROP FUNCTION gatekeeper.impostor();
+DROP TABLE regress.free_tab;
 DROP TYPE regress.rcount;
 DROP DOMAIN regress.dcount;
 DROP SEQUENCE regress.free_seq;
