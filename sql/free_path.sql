@@ -91,6 +91,23 @@ SELECT * FROM dblink_get_result('j') AS t(r text);
 SELECT * FROM dblink_get_result('j') AS t(r text);
 SELECT last_value, is_called FROM regress.free_seq;
 
+-- The same through a prepared statement's cached generic plan, which
+-- later executions reach only through ExecutorStart: the plan is tested too.
+SELECT dblink_exec('j', 'SET plan_cache_mode = force_generic_plan');
+SELECT dblink_exec('j', $$PREPARE jp AS
+  SELECT json_populate_record(NULL::regress.rcount, '{"n": 1}') FROM gatekeeper.status$$);
+SELECT * FROM dblink('j', 'EXECUTE jp') AS t(r text);
+SELECT last_value FROM regress.free_seq;
+SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
+SELECT dblink_send_query('j', 'EXECUTE jp');
+SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
+SELECT last_value FROM regress.free_seq;
+SELECT dblink_exec('a', 'COMMIT');
+SELECT * FROM dblink_get_result('j') AS t(r text);
+SELECT * FROM dblink_get_result('j') AS t(r text);
+SELECT last_value FROM regress.free_seq;
+
 SELECT dblink_disconnect('a'), dblink_disconnect('m'), dblink_disconnect('n'), dblink_disconnect('j');
 SELECT regress.quiet();
 DROP DATABASE regression_noext WITH (FORCE);
