@@ -65,6 +65,10 @@ SELECT * FROM dblink('m', $$
 SELECT * FROM dblink('m', $$
   SELECT count(*) FILTER (WHERE state = 'queued'), max(extract(epoch FROM now() - wait_start))
     FROM gatekeeper.sessions WHERE pid <> pg_backend_pid()$$) AS t(n bigint, w numeric);
+SELECT * FROM dblink('m', $$
+  SELECT count(*) > 0 FROM (
+    SELECT state, count(*), max(wait_ms) FROM gatekeeper.sessions GROUP BY state ORDER BY 2 DESC) q$$)
+  AS t(free boolean);
 
 -- A set-returning function in schema gatekeeper that is not a member of
 -- the extension waits.

@@ -138,6 +138,13 @@ unsafe fn rtable_is_ours(rtable: *mut pg_sys::List, objects: &mut Ours, nested: 
     // SAFETY: per the caller, every element is a RangeTblEntry.
     for rte in unsafe { list_ptrs::<pg_sys::RangeTblEntry>(rtable) } {
         let rte = unsafe { &*rte };
+        // GROUP BY's own entry (18): neutral, once its expressions pass.
+        if let Some(exprs) = crate::compat::group_rte_exprs(rte) {
+            if unsafe { may_do_work(exprs.cast()) } {
+                return None;
+            }
+            continue;
+        }
         match rte.rtekind {
             pg_sys::RTEKind::RTE_RELATION => {
                 // Views only: any table, ours or not, means real work.
