@@ -153,7 +153,10 @@ fn a_timed_out_begin_leaves_an_aborted_block() {
     assert_eq!(sqlstate(&r).as_deref(), Some("53000"), "{r:?}");
     let r = w.exec("SELECT 2");
     assert_eq!(sqlstate(&r).as_deref(), Some("25P02"), "{r:?}");
-    assert_eq!(c.activity_state("waiter").as_deref(), Some("idle in transaction (aborted)"));
+    // The client has the error before the backend reports its new state.
+    wait_until("the waiter shows its aborted block", PROMPT, || {
+        c.activity_state("waiter").as_deref() == Some("idle in transaction (aborted)")
+    });
     w.ok("ROLLBACK");
     assert_eq!(c.status().queued(), 0);
     assert_eq!(c.status().int("queue_timeouts_total"), 1);
