@@ -12,6 +12,9 @@
 //!   returned bool in 18's betas only; 18.0 reverted it). The C entry points
 //!   in `hooks_shim.c` are compiled against each version's own headers, so a
 //!   future change there fails the build rather than the server.
+//! - 18 adds a range-table entry for the grouping step to a query with
+//!   GROUP BY (`RTE_GROUP`, its grouped expressions in `groupexprs`):
+//!   [`group_rte_exprs`].
 //! - Everything else the extension uses (shmem_request_hook, LWLock
 //!   tranches, latches, wait events, background workers, GUC hooks) is the
 //!   same in the four versions.
@@ -34,4 +37,16 @@ pub unsafe fn local_beentry(k: i32) -> *mut pg_sys::LocalPgBackendStatus {
     unsafe {
         pg_sys::pgstat_get_local_beentry_by_index(k)
     }
+}
+
+/// The grouped expressions of a grouping-step range-table entry (18); `None`
+/// for any other entry, and on 15 to 17, which have none.
+pub fn group_rte_exprs(rte: &pg_sys::RangeTblEntry) -> Option<*mut pg_sys::List> {
+    #[cfg(feature = "pg18")]
+    if rte.rtekind == pg_sys::RTEKind::RTE_GROUP {
+        return Some(rte.groupexprs);
+    }
+    #[cfg(not(feature = "pg18"))]
+    let _ = rte;
+    None
 }

@@ -315,6 +315,9 @@ pub fn end_transaction() {
 #[pg_guard]
 pub unsafe extern "C-unwind" fn xact_callback(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
+    if matches!(event, XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE) {
+        crate::monitor::forget();
+    }
     match event {
         XACT_EVENT_COMMIT | XACT_EVENT_ABORT | XACT_EVENT_PREPARE if session::utility_depth() == 0 => {
             if session::take_chain(event) {

@@ -9,6 +9,9 @@
 //! - Statements that neither touch relations nor need a snapshot pass
 //!   (see [`Utility::classify`]), and so do plain reads of pg_gatekeeper's
 //!   own views by members of pg_monitor (see `monitor`).
+//! - Work that no statement hook sees first (a fastpath function call, a
+//!   domain's CHECK run while parse analysis or Bind converts a value) is
+//!   admitted by the object access hook before the function is set up.
 //! - Nested statements run under their top-level statement's admission: an
 //!   admitted session is never parked again in the same transaction.
 //!
@@ -69,30 +72,55 @@ unsafe extern "C-unwind" fn gk_after_parse_analyze(query: *mut pg_sys::Query) {
     }
 }
 
-/// Before planning.
+/// Before planning. Returns true when the statement takes the monitoring
+/// free path (the shim then plans it in a free scope, see `hooks_shim.c`).
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) {
-    // SAFETY: PostgreSQL passes a valid Query.
-    unsafe {
-        if needs_admission() && !monitor::is_monitoring_query(parse) {
-            gate::admit(gate::Point::Statement);
-        }
+unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) -> bool {
+    if !needs_admission() {
+        return false;
     }
+    // SAFETY: PostgreSQL passes a valid Query.
+    if unsafe { monitor::is_monitoring_query(parse) } {
+        return true;
+    }
+    gate::admit(gate::Point::Statement);
+    false
 }
 
 /// Before the executor starts (every execution, prepared ones included).
+/// Returns true when the statement runs without an admission: a monitoring
+/// query, or EXPLAIN without ANALYZE (it runs nothing).
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) {
-    // SAFETY: PostgreSQL passes a valid QueryDesc.
-    unsafe {
+unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) -> bool {
+    let mut free = false;
+    if needs_admission() {
         let explain_only = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0;
-        if needs_admission() && !explain_only && !monitor::is_monitoring_plan((*query_desc).plannedstmt) {
+        // SAFETY: PostgreSQL passes a valid QueryDesc.
+        if explain_only || unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
+            free = true;
+        } else {
             gate::admit(gate::Point::Statement);
         }
     }
     session::note_statement();
+    free
+}
+
+/// A function is about to be set up to run (object access hook,
+/// `OAT_FUNCTION_EXECUTE`), outside a free-path statement. In an admitted
+/// transaction this is one thread-local test. Without an admission it is
+/// work that no statement hook saw first: a fastpath function call (libpq's
+/// `PQfn`, the large-object API), or a function in a domain's CHECK that
+/// parse analysis or Bind reaches while converting a value (a literal of an
+/// array of a domain, a Bind parameter). Admit before it runs.
+#[pg_guard]
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_before_function_execute() {
+    if needs_admission() {
+        gate::admit(gate::Point::Statement);
+    }
 }
 
 /// How a utility statement is admitted.
@@ -138,11 +166,40 @@ impl Utility {
                 }
                 T_VariableSetStmt | T_VariableShowStmt | T_DiscardStmt | T_DeallocateStmt | T_ListenStmt
                 | T_UnlistenStmt | T_ClosePortalStmt | T_CheckPointStmt => Utility::Free,
+                // EXECUTE evaluates its parameters (any expressions) before
+                // the planner and ExecutorStart run, and so does EXPLAIN
+                // [ANALYZE] EXECUTE: admitted first.
+                T_ExecuteStmt | T_ExplainStmt if evaluates_parameters(stmt) => Utility::Gated,
                 // The statement inside is planned or executed through the
                 // planner and ExecutorStart hooks, which decide for it.
                 T_PrepareStmt | T_ExecuteStmt | T_ExplainStmt => Utility::Free,
                 _ => Utility::Gated,
             }
+        }
+    }
+}
+
+/// Whether `stmt` is an EXECUTE with parameters, or an EXPLAIN of one.
+///
+/// SAFETY: `stmt` must be a valid utility statement node (or the analysed
+/// Query an EXPLAIN holds).
+unsafe fn evaluates_parameters(stmt: *mut pg_sys::Node) -> bool {
+    use pg_sys::NodeTag::*;
+    // SAFETY: per the caller; each cast matches the node's tag.
+    unsafe {
+        match (*stmt).type_ {
+            T_ExecuteStmt => !(*(stmt as *mut pg_sys::ExecuteStmt)).params.is_null(),
+            T_ExplainStmt => {
+                let query = (*(stmt as *mut pg_sys::ExplainStmt)).query;
+                !query.is_null() && evaluates_parameters(query)
+            }
+            T_Query => {
+                let q = &*(stmt as *mut pg_sys::Query);
+                q.commandType == pg_sys::CmdType::CMD_UTILITY
+                    && !q.utilityStmt.is_null()
+                    && evaluates_parameters(q.utilityStmt)
+            }
+            _ => false,
         }
     }
 }

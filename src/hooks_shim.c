@@ -10,9 +10,18 @@
  *
  * Each entry point calls the Rust side (src/hooks.rs, guarded: an error it
  * raises is its own, complete) for the admission decision, then chains.
+ *
+ * The object access hook admits before a function is set up to run
+ * (OAT_FUNCTION_EXECUTE) in a transaction that has no admission yet: a
+ * fastpath function call, or a function in a domain's CHECK compiled while
+ * parse analysis or Bind converts a value. A monitoring query that took the
+ * free path compiles only harmless built-ins while it is planned and its
+ * executor starts: gk_free_depth counts those scopes, in which the hook
+ * does nothing.
  */
 #include "postgres.h"
 
+#include "catalog/objectaccess.h"
 #include "executor/executor.h"
 #include "nodes/params.h"
 #include "optimizer/planner.h"
@@ -21,8 +30,9 @@
 
 /* The Rust side. */
 extern void gk_after_parse_analyze(Query *query);
-extern void gk_before_planner(Query *parse);
-extern void gk_before_executor_start(QueryDesc *queryDesc, int eflags);
+extern bool gk_before_planner(Query *parse);
+extern bool gk_before_executor_start(QueryDesc *queryDesc, int eflags);
+extern void gk_before_function_execute(void);
 extern int gk_before_utility(PlannedStmt *pstmt);
 extern void gk_after_utility(int action);
 extern void gk_utility_failed(int action);
@@ -31,6 +41,10 @@ static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
 static planner_hook_type prev_planner = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
+static object_access_hook_type prev_object_access = NULL;
+
+/* Depth of free-path statements being planned or started (see above). */
+static int	gk_free_depth = 0;
 
 static void
 gk_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
@@ -41,22 +55,69 @@ gk_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 }
 
 static PlannedStmt *
-gk_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
+gk_call_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
 {
-	gk_before_planner(parse);
 	if (prev_planner)
 		return prev_planner(parse, query_string, cursor_options, bound_params);
 	return standard_planner(parse, query_string, cursor_options, bound_params);
 }
 
-static void
-gk_executor_start(QueryDesc *queryDesc, int eflags)
+static PlannedStmt *
+gk_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
 {
-	gk_before_executor_start(queryDesc, eflags);
+	PlannedStmt *volatile result = NULL;
+
+	if (!gk_before_planner(parse))
+		return gk_call_planner(parse, query_string, cursor_options, bound_params);
+	gk_free_depth++;
+	PG_TRY();
+	{
+		result = gk_call_planner(parse, query_string, cursor_options, bound_params);
+	}
+	PG_FINALLY();
+	{
+		gk_free_depth--;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+static void
+gk_call_executor_start(QueryDesc *queryDesc, int eflags)
+{
 	if (prev_executor_start)
 		prev_executor_start(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
+}
+
+static void
+gk_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	if (!gk_before_executor_start(queryDesc, eflags))
+	{
+		gk_call_executor_start(queryDesc, eflags);
+		return;
+	}
+	gk_free_depth++;
+	PG_TRY();
+	{
+		gk_call_executor_start(queryDesc, eflags);
+	}
+	PG_FINALLY();
+	{
+		gk_free_depth--;
+	}
+	PG_END_TRY();
+}
+
+static void
+gk_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
+{
+	if (prev_object_access)
+		prev_object_access(access, classId, objectId, subId, arg);
+	if (access == OAT_FUNCTION_EXECUTE && gk_free_depth == 0)
+		gk_before_function_execute();
 }
 
 static void
@@ -94,4 +155,6 @@ gk_install_hooks(void)
 	ExecutorStart_hook = gk_executor_start;
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = gk_process_utility;
+	prev_object_access = object_access_hook;
+	object_access_hook = gk_object_access;
 }

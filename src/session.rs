@@ -26,8 +26,9 @@ struct Local {
     /// `enabled = off`): it stays ungated until it ends, whatever a reload
     /// or a SET changes meanwhile, so that it is never parked mid-way.
     passed: Cell<bool>,
-    /// Cached exemption decision, and the settings generation it was made at.
-    exempt: Cell<Option<(bool, u64)>>,
+    /// Cached exemption decision, with the settings generation and the
+    /// session user it was made for.
+    exempt: Cell<Option<(bool, u64, pg_sys::Oid)>>,
     /// Depth of gated utility statements being executed; while above zero,
     /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
     utility_depth: Cell<u32>,
@@ -219,17 +220,20 @@ pub fn ensure_attached() -> usize {
 }
 
 /// Whether this session is exempt, deciding again after a reload changed
-/// the exemption settings. Needs a transaction (catalog lookups).
+/// the exemption settings or `SET SESSION AUTHORIZATION` changed the session
+/// user. Needs a transaction (catalog lookups).
 pub fn is_exempt(slot: usize) -> bool {
     let generation = gucs::exemption_generation();
-    if let Some((v, g)) = LOCAL.with(|l| l.exempt.get()) {
-        if g == generation {
+    // SAFETY: GetSessionUserId is valid after InitPostgres; it follows SET
+    // SESSION AUTHORIZATION (SET ROLE changes the current user only).
+    let user = unsafe { pg_sys::GetSessionUserId() };
+    if let Some((v, g, u)) = LOCAL.with(|l| l.exempt.get()) {
+        if g == generation && u == user {
             return v;
         }
     }
-    // SAFETY: GetSessionUserId is valid after InitPostgres.
-    let exempt = role_is_exempt(unsafe { pg_sys::GetSessionUserId() });
-    LOCAL.with(|l| l.exempt.set(Some((exempt, generation))));
+    let exempt = role_is_exempt(user);
+    LOCAL.with(|l| l.exempt.set(Some((exempt, generation, user))));
     shmem::with_gate(|mut l| l.gate.set_exempt(slot, exempt));
     exempt
 }

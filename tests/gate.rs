@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_stays_queued, sqlstate, wait_until, Cluster, Running, Session};
+use common::{assert_stays_queued, sqlstate, wait_until, Cluster, Running, Session, Wire, WireReply};
 
 /// One place, and idle holders never lend it.
 const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
@@ -153,7 +153,10 @@ fn a_timed_out_begin_leaves_an_aborted_block() {
     assert_eq!(sqlstate(&r).as_deref(), Some("53000"), "{r:?}");
     let r = w.exec("SELECT 2");
     assert_eq!(sqlstate(&r).as_deref(), Some("25P02"), "{r:?}");
-    assert_eq!(c.activity_state("waiter").as_deref(), Some("idle in transaction (aborted)"));
+    // The client has the error before the backend reports its new state.
+    wait_until("the waiter shows its aborted block", PROMPT, || {
+        c.activity_state("waiter").as_deref() == Some("idle in transaction (aborted)")
+    });
     w.ok("ROLLBACK");
     assert_eq!(c.status().queued(), 0);
     assert_eq!(c.status().int("queue_timeouts_total"), 1);
@@ -461,5 +464,63 @@ fn the_runbook_makes_the_gate_step_aside_at_once() {
         admitted == 1
     });
     h.ok("COMMIT");
+    c.assert_quiet();
+}
+
+// -- 12. Work that no statement hook sees ---------------------------------------------
+
+/// The first value of a wire reply, or a panic with the error.
+fn value(r: WireReply) -> Option<String> {
+    match r {
+        WireReply::Value(v) => v,
+        WireReply::Error { code, message } => panic!("{code}: {message}"),
+    }
+}
+
+/// libpq's fastpath function call (`PQfn`, on which its large-object API
+/// is built) runs a function with no statement around it, so no planner or
+/// executor hook fires: it waits for an admission before the function runs.
+#[test]
+fn a_fastpath_function_call_is_gated() {
+    let c = Cluster::start(ONE_TICKET);
+    let lo_create = c.admin_i64("SELECT 'lo_create(oid)'::regprocedure::oid::bigint") as u32;
+    let mut h = holder(&c);
+    let mut w = Wire::connect(&c, "app", "fastpath");
+    let call = std::thread::spawn(move || w.call(lo_create, &["0"]));
+    c.wait_queued("fastpath");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM pg_largeobject_metadata"), 0, "lo_create ran unadmitted");
+    h.ok("COMMIT");
+    wait_until("the fastpath call returns", PROMPT, || call.is_finished());
+    let oid = value(call.join().unwrap()).expect("lo_create returns an OID");
+    assert_eq!(c.admin_i64(&format!("SELECT count(*) FROM pg_largeobject_metadata WHERE oid = {oid}")), 1);
+    c.assert_quiet();
+}
+
+/// At Bind, a named prepared statement's text parameters go through their
+/// types' input functions before any hook of the execution fires; with an
+/// array of a domain that runs the domain's CHECK. It waits for the
+/// admission first.
+#[test]
+fn bind_parameters_are_converted_after_admission() {
+    let c = Cluster::start(ONE_TICKET);
+    c.admin_exec(
+        "CREATE SEQUENCE checks; GRANT USAGE ON SEQUENCE checks TO app;
+         CREATE DOMAIN counted AS int CHECK (VALUE > 0 AND nextval('checks') > 0);",
+    );
+    let checked = || c.admin_query("SELECT is_called FROM checks", &[])[0].get::<_, bool>(0);
+    let mut w = Wire::connect(&c, "app", "binder");
+    // Prepared while the gate is open.
+    assert_eq!(value(w.parse("s", "SELECT $1::counted[]")), None);
+    let mut h = holder(&c);
+    let run = std::thread::spawn(move || {
+        w.send_bind_execute("s", &["{1}"]);
+        w.read_reply()
+    });
+    c.wait_queued("binder");
+    assert!(!checked(), "the domain's CHECK ran before the admission");
+    h.ok("COMMIT");
+    wait_until("the execution returns", PROMPT, || run.is_finished());
+    assert_eq!(value(run.join().unwrap()).as_deref(), Some("{1}"));
+    assert!(checked());
     c.assert_quiet();
 }

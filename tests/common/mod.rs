@@ -596,3 +596,163 @@ pub fn assert_stays_queued(cluster: &Cluster, running: &Running, dur: Duration) 
         std::thread::sleep(POLL);
     }
 }
+
+/// A bare protocol-3 connection over the cluster's Unix socket, for the
+/// messages the `postgres` crate does not send: the fastpath function call
+/// (libpq's `PQfn`, behind its large-object API), and Bind with text
+/// parameters of any type, on a statement named by the test.
+pub struct Wire {
+    stream: std::os::unix::net::UnixStream,
+}
+
+/// What the server answered to a request, up to ReadyForQuery.
+#[derive(Debug)]
+pub enum WireReply {
+    /// The function's or the query's first value (text format), if any.
+    Value(Option<String>),
+    /// An ErrorResponse: its SQLSTATE and message.
+    Error { code: String, message: String },
+}
+
+impl Wire {
+    /// Connect as `user` to database `postgres` with `application_name = name`
+    /// (trust authentication) and read up to the first ReadyForQuery.
+    pub fn connect(cluster: &Cluster, user: &str, name: &str) -> Wire {
+        let path = cluster.dir.join(format!(".s.PGSQL.{}", cluster.port));
+        let stream = std::os::unix::net::UnixStream::connect(&path).expect("connect to the socket");
+        let mut w = Wire { stream };
+        let mut body = 196608i32.to_be_bytes().to_vec(); // protocol 3.0
+        for (k, v) in [("user", user), ("database", "postgres"), ("application_name", name)] {
+            body.extend_from_slice(k.as_bytes());
+            body.push(0);
+            body.extend_from_slice(v.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut msg = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        msg.extend_from_slice(&body);
+        w.write(&msg);
+        match w.reply() {
+            WireReply::Error { code, message } => panic!("{name}: connect failed: {code} {message}"),
+            WireReply::Value(_) => w,
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.write_all(bytes).expect("write to the server");
+    }
+
+    /// Append one message of type `tag` with `body`.
+    fn message(buf: &mut Vec<u8>, tag: u8, body: &[u8]) {
+        buf.push(tag);
+        buf.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+        buf.extend_from_slice(body);
+    }
+
+    fn cstr(buf: &mut Vec<u8>, s: &str) {
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(0);
+    }
+
+    /// Text-format parameters: one format code (text), then each value.
+    fn text_args(buf: &mut Vec<u8>, args: &[&str]) {
+        buf.extend_from_slice(&1i16.to_be_bytes());
+        buf.extend_from_slice(&0i16.to_be_bytes());
+        buf.extend_from_slice(&(args.len() as i16).to_be_bytes());
+        for a in args {
+            buf.extend_from_slice(&(a.len() as i32).to_be_bytes());
+            buf.extend_from_slice(a.as_bytes());
+        }
+    }
+
+    /// Read messages up to ReadyForQuery; the first value or error wins.
+    fn reply(&mut self) -> WireReply {
+        use std::io::Read;
+        let mut out: Option<WireReply> = None;
+        loop {
+            let mut head = [0u8; 5];
+            self.stream.read_exact(&mut head).expect("read from the server");
+            let len = i32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4;
+            let mut body = vec![0u8; len];
+            self.stream.read_exact(&mut body).expect("read from the server");
+            match head[0] {
+                b'Z' => return out.unwrap_or(WireReply::Value(None)),
+                b'R' => assert_eq!(&body[..4], &[0, 0, 0, 0], "only trust authentication is supported"),
+                // FunctionCallResponse: the value's length, then the value.
+                b'V' | b'D' if out.is_none() => {
+                    let at = if head[0] == b'V' { 0 } else { 2 }; // DataRow: column count first
+                    let n = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+                    let v = (n >= 0).then(|| String::from_utf8_lossy(&body[at + 4..at + 4 + n as usize]).into_owned());
+                    out = Some(WireReply::Value(v));
+                }
+                b'E' => {
+                    let (mut code, mut message) = (String::new(), String::new());
+                    for field in body.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+                        let text = String::from_utf8_lossy(&field[1..]).into_owned();
+                        match field[0] {
+                            b'C' => code = text,
+                            b'M' => message = text,
+                            _ => {}
+                        }
+                    }
+                    out.get_or_insert(WireReply::Error { code, message });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A fastpath function call (message `F`) of function `oid` with text
+    /// arguments, as libpq's `PQfn` sends it; waits for the answer.
+    pub fn call(&mut self, oid: u32, args: &[&str]) -> WireReply {
+        self.send_call(oid, args);
+        self.reply()
+    }
+
+    /// Parse `sql` as the named statement `name` (parameter types inferred), then Sync.
+    pub fn parse(&mut self, name: &str, sql: &str) -> WireReply {
+        let mut body = vec![];
+        Wire::cstr(&mut body, name);
+        Wire::cstr(&mut body, sql);
+        body.extend_from_slice(&0i16.to_be_bytes());
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'P', &body);
+        Wire::message(&mut buf, b'S', &[]);
+        self.write(&buf);
+        self.reply()
+    }
+
+    /// Send Bind (text parameters), Execute and Sync for the named statement,
+    /// without waiting for the answer.
+    pub fn send_bind_execute(&mut self, name: &str, args: &[&str]) {
+        let mut bind = vec![];
+        Wire::cstr(&mut bind, ""); // the unnamed portal
+        Wire::cstr(&mut bind, name);
+        Wire::text_args(&mut bind, args);
+        bind.extend_from_slice(&0i16.to_be_bytes()); // results in text
+        let mut execute = vec![];
+        Wire::cstr(&mut execute, "");
+        execute.extend_from_slice(&0i32.to_be_bytes());
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'B', &bind);
+        Wire::message(&mut buf, b'E', &execute);
+        Wire::message(&mut buf, b'S', &[]);
+        self.write(&buf);
+    }
+
+    /// Read the answer to what was sent.
+    pub fn read_reply(&mut self) -> WireReply {
+        self.reply()
+    }
+
+    /// Send a fastpath call without waiting for the answer.
+    pub fn send_call(&mut self, oid: u32, args: &[&str]) {
+        let mut body = oid.to_be_bytes().to_vec();
+        Wire::text_args(&mut body, args);
+        body.extend_from_slice(&0i16.to_be_bytes());
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'F', &body);
+        self.write(&buf);
+    }
+}
