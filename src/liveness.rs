@@ -85,7 +85,7 @@ impl Liveness {
         let mut unverified = scan.unprobed;
         self.probe(&mut scan, &mut unverified, now);
         let mut stuck = vec![];
-        for k in 0..SCOPES {
+        for (k, (watch, probing)) in self.watches.iter_mut().zip(self.probing.iter_mut()).enumerate() {
             let (blocked, admitted) = if k == GATE {
                 // The gate holds back sessions of a class below its cap
                 // (otherwise the class's own scope does).
@@ -102,8 +102,8 @@ impl Liveness {
                 )
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
-            let verdict = self.watches[k].observe(now, sample, timeout_us, h.limit);
-            self.probing[k] = matches!(verdict, Verdict::Quiet { probe: true });
+            let verdict = watch.observe(now, sample, timeout_us, h.limit);
+            *probing = matches!(verdict, Verdict::Quiet { probe: true });
             if let Verdict::Stuck { batch } = verdict {
                 stuck.push((k, batch));
             }

@@ -108,7 +108,7 @@ fn classes_cluster(classes: &str, extra: &[(&'static str, &'static str)]) -> Clu
 #[test]
 fn sessions_waiting_on_their_class_cap_do_not_make_the_gate_lend() {
     let c = classes_cluster("reports (max_active = 1)", &[("pg_gatekeeper.max_active", "2")]);
-    let rep = |k: usize| Session { name: format!("rep{k}"), client: c.connect("rep", &format!("rep{k}")) };
+    let rep = |k: usize| c.session_as("rep", &format!("rep{k}"));
     let held = rep(0).spawn("SELECT count(*) FROM generate_series(1, 3000000)");
     wait_until("rep0 holds the class's place", Duration::from_secs(5), || class_i64(&c, "reports", "admitted") == 1);
     let waiting: Vec<Running> = (1..3).map(|k| rep(k).spawn("SELECT 1")).collect();
