@@ -86,20 +86,12 @@ impl Liveness {
         self.probe(&mut scan, &mut unverified, now);
         let mut stuck = vec![];
         for (k, (watch, probing)) in self.watches.iter_mut().zip(self.probing.iter_mut()).enumerate() {
+            // The gate holds back sessions of classes below their cap; a
+            // class's cap holds back the rest.
             let (blocked, admitted) = if k == GATE {
-                // The gate holds back sessions of a class below its cap
-                // (otherwise the class's own scope does).
-                let waiting = (0..MAX_CLASSES).any(|c| {
-                    let cs = &h.classes[c];
-                    cs.queued > 0 && (cs.params.max_active == 0 || cs.admitted < cs.params.max_active)
-                });
-                (waiting && h.counted() >= h.tickets, h.counters.admitted)
+                (h.holds_back(), h.counters.admitted)
             } else {
-                let cs = &h.classes[k];
-                (
-                    cs.queued > 0 && cs.params.max_active != 0 && cs.admitted >= cs.params.max_active,
-                    cs.counters.admitted,
-                )
+                (h.held_at_cap(k), h.classes[k].counters.admitted)
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
             let verdict = watch.observe(now, sample, timeout_us, h.limit);

@@ -177,6 +177,16 @@ impl GateHeader {
     pub fn counted(&self) -> u32 {
         self.holders - self.relieved()
     }
+    /// Whether class `k` has sessions queued that its cap holds back.
+    pub fn held_at_cap(&self, k: usize) -> bool {
+        let c = &self.classes[k];
+        c.queued > 0 && !c.below_cap()
+    }
+    /// Whether the gate itself holds sessions back: some class below its cap
+    /// has sessions queued, and no place is free.
+    pub fn holds_back(&self) -> bool {
+        self.counted() >= self.tickets && self.classes.iter().any(|c| c.queued > 0 && c.below_cap())
+    }
 }
 
 /// One backend's entry. Lives in shared memory; plain data.
@@ -550,12 +560,6 @@ impl<'a> Gate<'a> {
     /// would admit. Sessions held back by their class's cap are not.
     pub fn admissible_queued(&self) -> u32 {
         self.eligible().map(|k| self.h.classes[k].queued).sum()
-    }
-
-    /// Whether class `k` has sessions queued and is held at its cap.
-    pub fn held_at_cap(&self, k: usize) -> bool {
-        let c = &self.h.classes[k];
-        c.queued > 0 && !c.below_cap()
     }
 
     /// Zero the totals and the histograms, the classes' and the sessions' too.
@@ -1019,6 +1023,26 @@ mod tests {
         assert_eq!(g.header().tickets, 2);
         g.set_limit(4, 0, 0, &mut |_| {});
         assert_eq!(g.header().tickets, 4);
+    }
+
+    #[test]
+    fn who_holds_sessions_back_the_gate_or_a_class_cap() {
+        let mut f = Fixture::new(4, 1);
+        let capped = define(&mut f, &[params(1, 0, 1)])[0];
+        let mut g = f.gate();
+        g.request(0, DEFAULT, 0, 0);
+        g.request(1, DEFAULT, 0, 0);
+        assert!(g.header().holds_back(), "the gate is full and default has a session queued");
+        assert!(!g.header().held_at_cap(capped));
+        g.set_tickets(3, 0, &mut |_| {});
+        assert!(!g.header().holds_back(), "a place was lent: nobody held back");
+        g.request(2, capped, 0, 0);
+        g.request(3, capped, 0, 0);
+        assert!(g.header().held_at_cap(capped), "the second capped session waits on its cap");
+        assert!(!g.header().holds_back(), "only the cap holds it back");
+        assert_eq!(g.progress_admit(Some(capped), 1), Some(3));
+        assert!(!g.header().held_at_cap(capped));
+        g.check().unwrap();
     }
 
     #[test]

@@ -119,6 +119,8 @@ pub struct Sample {
     /// Holders seen using the server (not waiting on their client),
     /// smoothed over recent samples.
     pub running: f64,
+    /// Sessions queued that a ticket could admit (not those that only their
+    /// class's cap holds back).
     pub queued: u32,
     /// Fraction of CPU time idle over the recent past (1.0 when unknown).
     pub cpu_idle: f64,
