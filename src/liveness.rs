@@ -5,10 +5,13 @@
 //! holder to a [`Scan`], which sorts it into its scopes: the whole gate (if
 //! the holder counts against the tickets) and its class (which counts every
 //! holder against the cap). A holder's wait event tells most of the story:
-//! I/O and LWLock waits (WAL writes, buffers) and IPC waits (a parallel
-//! query's leader waiting for its workers) are work; lock, client, sleep,
-//! extension (dblink and postgres_fdw on PostgreSQL 17 and later) waits are
-//! not. A holder with no wait event may be on a CPU, or blocked in a system
+//! I/O and LWLock waits (WAL writes, buffers) are work; lock, client, sleep,
+//! extension (dblink and postgres_fdw on PostgreSQL 17 and later) and IPC
+//! waits are not. An IPC wait is a wait on other processes: a parallel
+//! leader whose workers are blocked on locks (PostgreSQL's deadlock-parallel
+//! isolation test hung at max_active = 1 without lending while it counted as
+//! work), or a synchronous standby; a leader that computes shows no wait
+//! event, and is probed like anyone. A holder with no wait event may be on a CPU, or blocked in a system
 //! call that reports none (dblink on PostgreSQL 15 and 16 waits in libpq's
 //! `poll()`), so once its scope has been quiet for a moment it is probed:
 //! its `/proc/PID/stat` scheduler state and CPU time. Probes cost a file
@@ -42,7 +45,7 @@ enum Shows {
 fn shows(procno: usize) -> Shows {
     match procs::wait_class(procno) {
         0 => Shows::NoWaitEvent,
-        c if c == pg_sys::PG_WAIT_IO || c == pg_sys::PG_WAIT_LWLOCK || c == pg_sys::PG_WAIT_IPC => Shows::Work,
+        c if c == pg_sys::PG_WAIT_IO || c == pg_sys::PG_WAIT_LWLOCK => Shows::Work,
         _ => Shows::Waiting,
     }
 }
