@@ -230,8 +230,9 @@ run_config() {
 }
 
 t_start=$(date +%s)
-echo "PostgreSQL $("$BIN/postgres" --version | sed 's/.* //'), ${#specs[@]} specs from $source_dir"
-echo "configurations: bare, max_active = ${max_actives[*]}; step timeout ${step_timeout} s, spec timeout ${spec_timeout} s"
+header="PostgreSQL $("$BIN/postgres" --version | sed 's/.* //'), ${#specs[@]} specs from $(basename "$(cd "$source_dir/../../.." && pwd)")
+configurations: bare, max_active = ${max_actives[*]}${gate_conf:+ (gated: ${gate_conf[*]})}${extra_conf:+ (all: ${extra_conf[*]})}; step timeout ${step_timeout} s, spec timeout ${spec_timeout} s"
+echo "$header"
 declare -A secs_of
 timed() { # name max_active specs...
   local t=$(date +%s)
@@ -262,6 +263,9 @@ fi
 report=$work/report.txt
 status=0
 {
+  echo "$header"
+  echo
+  ndiff=0
   printf '%-40s %-8s %s\n' spec config result
   for ma in "${max_actives[@]}"; do
     while IFS=$'\t' read -r s v t; do
@@ -271,6 +275,7 @@ status=0
         continue
       fi
       status=1
+      ndiff=$((ndiff + 1))
       flaky=
       if [ -e "$work/bare2/results/$s.out" ] &&
           ! cmp -s "$work/bare/results/$s.out" "$work/bare2/results/$s.out"; then
@@ -283,6 +288,7 @@ status=0
       printf '%-40s %-8s %s%s\n' "$s" "gate$ma" "$r" "$flaky"
     done < "$work/gate$ma/status"
   done
+  [ $ndiff -gt 0 ] || echo "(none: every gated output is the same as bare)"
   echo
   for ma in "${max_actives[@]}"; do
     n=$(wc -l < "$work/gate$ma/status")
@@ -296,7 +302,7 @@ status=0
     "$(grep -c -v -P '\tok\t' "$work/bare/status" || true) not ok"
   echo "total $(($(date +%s) - t_start)) s"
 } > "$report"
-cat "$report"
+tail -n +3 "$report"
 
 if [ -n "$out" ]; then
   mkdir -p "$out"
