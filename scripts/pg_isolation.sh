@@ -22,7 +22,8 @@
 #   same      the output is identical to the bare run's
 #   DIFFERENT the output differs from the bare run's (pass/fail vs expected shown)
 #   TIMEOUT   a step was canceled or timed out, or `timeout` killed the spec
-#             (and the bare run did not)
+#             (and the bare run did not); the report says in which of the
+#             spec's permutations, and the saved views say whether it moved
 # The shipped expected files need not match the server's major version (15's
 # specs on a 16 server): the comparison that counts is gated vs bare on the
 # same server; "bare: FAILED" only says the bare run did not match expected.
@@ -104,8 +105,10 @@ for s in "${specs[@]}"; do
 done
 
 work=$(mktemp -d /tmp/pg_gatekeeper_isolation.XXXXXX)
+watcher=
 cleanup() {
   local d
+  [ -z "$watcher" ] || kill "$watcher" 2>/dev/null || true
   for d in "$work"/*/data; do
     [ -f "$d/postmaster.pid" ] &&
       runuser -u postgres -- "$BIN/pg_ctl" -D "$d" -m immediate -w stop >/dev/null 2>&1 || true
@@ -281,8 +284,11 @@ status=0
           ! cmp -s "$work/bare/results/$s.out" "$work/bare2/results/$s.out"; then
         flaky=" (bare flaky)"
       fi
+      # How far it got: a slow spec is not a stuck one.
+      np=$(grep -c '^starting permutation' "$work/gate$ma/results/$s.out" 2>/dev/null || true)
+      nb=$(grep -c '^starting permutation' "$work/bare/results/$s.out" 2>/dev/null || true)
       case $v in
-        killed|timeout) r="TIMEOUT ($v, ${t} s; bare: $b, ${bt} s)" ;;
+        killed|timeout) r="TIMEOUT ($v, ${t} s, in permutation ${np:-0} of ${nb:-0}; bare: $b, ${bt} s)" ;;
         *) r="DIFFERENT (gated: $v, ${t} s; bare: $b, ${bt} s)" ;;
       esac
       printf '%-40s %-8s %s%s\n' "$s" "gate$ma" "$r" "$flaky"
