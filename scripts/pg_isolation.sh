@@ -322,8 +322,12 @@ if [ -n "$out" ]; then
   for ma in "${max_actives[@]}"; do
     while IFS=$'\t' read -r s v t; do
       cmp -s "$work/bare/results/$s.out" "$work/gate$ma/results/$s.out" && continue
+      # At most 2000 lines: a spec stopped early differs by all the rest.
       diff -u --label "bare/$s.out" --label "gate$ma/$s.out" \
-        "$work/bare/results/$s.out" "$work/gate$ma/results/$s.out" > "$out/gate$ma-$s.diff" || true
+        "$work/bare/results/$s.out" "$work/gate$ma/results/$s.out" > "$work/diff" || true
+      { head -n 2000 "$work/diff"
+        [ "$(wc -l < "$work/diff")" -le 2000 ] || echo "[... cut at 2000 of $(wc -l < "$work/diff") lines]"
+      } > "$out/gate$ma-$s.diff"
       # The server log from this spec's marker to the next one.
       awk -v s="=== $s " 'index($0, s) == 1 { on = 1; print; next } /^=== / { on = 0 } on' \
         "$work/gate$ma/server.log" > "$out/gate$ma-$s.log"
