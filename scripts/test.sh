@@ -54,7 +54,8 @@ for m in "${majors[@]}"; do
   if step "PostgreSQL $m: build and install (debug)" bash scripts/install.sh "$m"; then
     step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
     step "PostgreSQL $m: integration tests" \
-      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby
+      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby \
+        --test citus_names
     step "PostgreSQL $m: chaos and restart tests" itest --test chaos
     # Last for this version: it sets the development install aside and puts
     # it back when done.
