@@ -16,7 +16,8 @@
 # A run hangs when it has not finished within duration + --hang-after s:
 # the gate's views and pg_stat_activity are recorded on every node, the
 # clients are killed, and the cluster is restarted if it stays stuck.
-# Results: bench/results/citus-<date>/ (results.csv, summary.md, runs/).
+# Results: bench/results/citus-<date>/ (results.csv, summary.md by
+# bench/citus_report.py, run.log, runs/: each run's output and the views).
 # Exit status 1 if any run hung or failed to run.
 #
 #   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
@@ -97,19 +98,32 @@ node_stop_now() {
 cleanup() {
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
   for n in "${nodes[@]}"; do node_stop "$n"; done
+  for n in "${nodes[@]}"; do [ -f "$root/$n.log" ] && cp "$root/$n.log" "$out/runs/server-$n.log"; done
   if [ $keep = 1 ]; then echo "cluster data kept in $root"; else rm -rf "$root"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The gate's configuration, in gate.conf (included last by postgresql.conf).
+# Besides the three: coordonly = the gate on the coordinator only, at
+# max_active 4 with lending off (max_tickets 4), app exempt on the workers;
+# any of them with -ptMS appended sets progress_timeout to MS ms.
 set_config() { # config
+  local base=${1%-pt*} pt=
+  [ "$base" = "$1" ] || pt=${1##*-pt}
   for n in "${nodes[@]}"; do
-    case $1 in
-      nogate) echo "shared_preload_libraries = 'citus'" ;;
-      defaults) echo "shared_preload_libraries = 'citus, pg_gatekeeper'" ;;
-      small) printf "shared_preload_libraries = 'citus, pg_gatekeeper'\npg_gatekeeper.max_active = %s\n" "${small_limit[$n]}" ;;
-    esac >"$root/$n/gate.conf"
+    {
+      case $base in
+        nogate) echo "shared_preload_libraries = 'citus'" ;;
+        defaults) echo "shared_preload_libraries = 'citus, pg_gatekeeper'" ;;
+        small) printf "shared_preload_libraries = 'citus, pg_gatekeeper'\npg_gatekeeper.max_active = %s\n" "${small_limit[$n]}" ;;
+        coordonly) echo "shared_preload_libraries = 'citus, pg_gatekeeper'"
+          if [ $n = coord ]; then printf "pg_gatekeeper.max_active = 4\npg_gatekeeper.max_tickets = 4\n"
+          else echo "pg_gatekeeper.exempt_roles = 'app'"; fi ;;
+        *) echo "unknown configuration $1" >&2; return 1 ;;
+      esac
+      [ -z "$pt" ] || echo "pg_gatekeeper.progress_timeout = '${pt}ms'"
+    } >"$root/$n/gate.conf"
     chown postgres: "$root/$n/gate.conf"
   done
 }
@@ -224,6 +238,16 @@ dump_node() { # node file
     if [ "$1" = coord ]; then echo "== citus_lock_waits"; q coord postgres -c "SELECT * FROM citus_lock_waits"; fi
   } >"$2" 2>&1
 }
+snapshot_node() { # node file: who is where, mid-run
+  {
+    echo "== $1: gatekeeper.status"
+    q "$1" postgres -x -c "SELECT max_active, tickets, admitted, running, stalled, queued, overflow_total FROM gatekeeper.status"
+    echo "== $1: gatekeeper.sessions by state and name"
+    q "$1" postgres -c "SELECT state, split_part(application_name, ' ', 1), count(*) FROM gatekeeper.sessions GROUP BY 1, 2 ORDER BY 1, 2"
+    echo "== $1: app backends by state and wait event"
+    q "$1" postgres -c "SELECT state, wait_event_type, wait_event, count(*) FROM pg_stat_activity WHERE usename = 'app' GROUP BY 1, 2, 3 ORDER BY 4 DESC"
+  } >"$2" 2>&1
+}
 app_backends() { q "$1" postgres -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND pid <> pg_backend_pid()" 2>/dev/null || echo 0; }
 # Node $1 still has app sessions doing something (queued or not idle).
 busy_backends() {
@@ -285,8 +309,12 @@ run_one() { # round config workload
       index_job & run_pids+=($!) ;;
   esac
   bg_pids=("${run_pids[@]}" "${sampler_pids[@]}")
-  local deadline=$((SECONDS + duration + hang_after)) hang=no stuck=no p
+  local deadline=$((SECONDS + duration + hang_after)) mid=$((SECONDS + duration / 2)) snapped=no hang=no stuck=no p
   while :; do
+    if [ $snapped = no ] && [ $SECONDS -ge $mid ]; then
+      snapped=yes
+      for n in "${nodes[@]}"; do snapshot_node "$n" "$rdir/mid-$n.txt"; done
+    fi
     local alive=0
     for p in "${run_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
     [ $alive = 0 ] && break
@@ -352,10 +380,29 @@ run_one() { # round config workload
   return 0
 }
 
+# -- summary ---------------------------------------------------------------------
+summary() {
+  cat >"$out/meta.md" <<EOF
+# pg_gatekeeper on Citus: 3 nodes on one machine
+
+- Command: \`bash scripts/citus.sh $orig_args\` ($rounds round(s), $duration s per run, pgbench scale $scale, hang = not finished $hang_after s after its end)
+- Machine: $(nproc) CPUs, $(free -g | awk '/^Mem/ {print $2}') GiB; coordinator and 2 workers on it, loopback TCP; the clients (pgbench -j 2) share the CPUs
+- PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL 15 (repository at $(git rev-parse --short HEAD 2>/dev/null))
+- Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
+- pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); -ptMS = progress_timeout MS ms
+- Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
+EOF
+  python3 bench/citus_report.py "$out"
+}
+
 for round in $(seq 1 "$rounds"); do
-  for config in $configs; do
+  # Each round starts with another configuration (drift: the tables grow).
+  read -r -a cf <<<"$configs"
+  for ((c = 0; c < ${#cf[@]}; c++)); do
+    config=${cf[$(( (c + round - 1) % ${#cf[@]} ))]}
     log "== round $round: configuration $config"
-    set_config "$config"
+    set_config "$config" || exit 2
     restart_all || exit 1
     q coord app -c "VACUUM ANALYZE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history" >/dev/null 2>&1
     for n in "${nodes[@]}"; do q "$n" postgres -c CHECKPOINT >/dev/null; done
@@ -363,48 +410,8 @@ for round in $(seq 1 "$rounds"); do
       run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
     done
   done
+  summary
+  log "round $round done: $out/summary.md"
 done
-
-# -- summary ---------------------------------------------------------------------
-for n in "${nodes[@]}"; do cp "$root/$n.log" "$out/runs/server-$n.log"; done
-python3 - "$csv" "$out/summary.md" <<EOF
-import csv, statistics, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-configs = "$configs".split()
-workloads = "$workloads".split()
-def med(vals):
-    v = [float(x) for x in vals if x not in ("", "NA")]
-    return statistics.median(v) if v else None
-out = []
-out.append("# pg_gatekeeper on Citus: 3 nodes on one machine\n")
-out.append("- Command: \`bash scripts/citus.sh $orig_args\` ($rounds round(s), $duration s per run, pgbench scale $scale, hang = not finished after duration + $hang_after s)")
-out.append("- Machine: $(nproc) CPUs, $(free -g | awk '/^Mem/ {print $2}') GiB; coordinator and 2 workers on it, loopback TCP")
-out.append("- PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper as installed in PostgreSQL 15, repository at $(git rev-parse --short HEAD 2>/dev/null) (extension $(grep -m1 default_version "$($PG_CONFIG --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2))")
-out.append("- Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400")
-out.append("- Accounts shards per worker port: $shards; explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)")
-out.append("- Configurations: nogate = Citus alone; defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers")
-out.append("- Run as the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10\n")
-out.append("| workload | config | tps | vs nogate | hang | stuck after kill | failed tx | aborted clients | overflow coord/w1/w2 | max queued coord/w1/w2 | progress / breaker log lines | side jobs |")
-out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for wl in workloads:
-    base = med(r["tps"] for r in rows if r["workload"] == wl and r["config"] == "nogate")
-    for cf in configs:
-        rs = [r for r in rows if r["workload"] == wl and r["config"] == cf]
-        if not rs: continue
-        t = med(r["tps"] for r in rs)
-        ratio = f"{t / base:.2f}x" if t is not None and base else ""
-        hang = "**yes**" if any(r["hang"] == "yes" for r in rs) else "no"
-        stuck = "**yes**" if any(r["stuck_after_kill"] == "yes" for r in rs) else "no"
-        j = lambda k: "" if cf == "nogate" else " / ".join("/".join(r[k + s] for s in ("_coord", "_w1", "_w2")) for r in rs)
-        out.append(f"| {wl} | {cf} | {'' if t is None else f'{t:.1f}'} | {ratio} | {hang} | {stuck} | "
-                   f"{' / '.join(r['failed_tx'] for r in rs)} | {' / '.join(r['aborted_clients'] for r in rs)} | "
-                   f"{j('overflow')} | {j('maxq')} | "
-                   f"{' / '.join(r['progress_log_lines'] + ' / ' + r['breaker_log_lines'] for r in rs)} | "
-                   f"{'; '.join(r['side'] for r in rs)} |")
-out.append("\ntps: pgbench's number (without initial connection time), median over rounds; a hung run has none. "
-           "overflow: the delta of gatekeeper.status.overflow_total on each node during the run. "
-           "progress / breaker log lines: 'admitted process N over the limit: no holder worked' / '... because process M waits for a lock it holds', all nodes.")
-open(sys.argv[2], "w").write("\n".join(out) + "\n")
-EOF
 log "results: $out/results.csv, $out/summary.md; hangs: $hangs"
 [ $hangs = 0 ]
