@@ -2,7 +2,8 @@
 """summary.md for a scripts/citus.sh result directory: meta.md (the header
 lines citus.sh writes) and the table from results.csv. Medians over rounds;
 hangs, overflow admissions and log lines summed over rounds; max queued
-the largest seen.   python3 bench/citus_report.py DIR"""
+the largest seen. Ratios against Citus alone (config nogate) in DIR, or in
+BASE_DIR when given.   python3 bench/citus_report.py DIR [BASE_DIR]"""
 import csv
 import os
 import re
@@ -11,6 +12,9 @@ import sys
 
 d = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(d, "results.csv"))))
+base_rows = rows
+if len(sys.argv) > 2:
+    base_rows = list(csv.DictReader(open(os.path.join(sys.argv[2], "results.csv"))))
 configs, workloads = [], []
 for r in rows:
     if r["config"] not in configs:
@@ -44,7 +48,7 @@ out.append("| workload | config | tps, median (each round) | vs nogate | hung ru
            "overflow admissions coord / w1 / w2 | max queued coord / w1 / w2 | progress / breaker log lines | failed tx / aborted clients |")
 out.append("|---|---|---|---|---|---|---|---|---|---|")
 for wl in workloads:
-    base = med(r["tps"] for r in rows if r["workload"] == wl and r["config"] == "nogate")
+    base = med(r["tps"] for r in base_rows if r["workload"] == wl and r["config"] == "nogate")
     for cf in configs:
         rs = [r for r in rows if r["workload"] == wl and r["config"] == cf]
         if not rs:
