@@ -91,7 +91,7 @@ if side:
             out.append(f"| {wl} | {cf} | {' / '.join(texts)} |")
 
 out.append("\ntps: pgbench's number (without initial connection time). A run *hung* when pgbench had not finished "
-           "the hang bound above after its end (it was killed, the views recorded in runs/*/hang-*.txt); *stuck after kill*: app "
+           "within the bound given above (it was killed, the views recorded in runs/*/hang-*.txt); *stuck after kill*: app "
            "sessions still busy on some node 10 s after that (runs/*/after-kill-*.txt). overflow admissions: the rise "
            "of gatekeeper.status.overflow_total on each node. progress / breaker log lines: 'admitted process N over "
            "the limit: no holder worked ...' (the progress guarantee) / '... because process M waits for a lock it "
