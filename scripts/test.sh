@@ -8,15 +8,18 @@
 # missing first. Run as root from anywhere:
 #   bash scripts/test.sh            # every version
 #   bash scripts/test.sh --pg 17    # one version
+#   bash scripts/test.sh --citus    # and the Citus smoke run (PostgreSQL 15)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/pg_env.sh
 
 majors=("${PG_MAJORS[@]}")
+citus=0
 while [ $# -gt 0 ]; do
   case $1 in
     --pg) majors=("$2"); shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --citus) citus=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (use --pg NN)" >&2; exit 2 ;;
   esac
   shift
@@ -54,7 +57,8 @@ for m in "${majors[@]}"; do
   if step "PostgreSQL $m: build and install (debug)" bash scripts/install.sh "$m"; then
     step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
     step "PostgreSQL $m: integration tests" \
-      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby
+      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby \
+        --test citus_names
     step "PostgreSQL $m: chaos and restart tests" itest --test chaos
     # Last for this version: it sets the development install aside and puts
     # it back when done.
@@ -69,6 +73,12 @@ if [[ " ${majors[*]} " == *" 15 "* ]]; then
   PG_MAJOR=15 source scripts/pg_env.sh
   bash scripts/install.sh 15 >/dev/null 2>&1
   step "benchmark smoke (PostgreSQL 15)" bash bench/run.sh --smoke --no-build
+  # Only on request: on Citus the gate still crawls or hangs at 128-256
+  # clients (issue 26), so this step fails today. About 5 minutes (Citus's
+  # build, once, is 1.5 more).
+  if [ $citus = 1 ]; then
+    step "Citus smoke: 3 nodes, the gate on each (PostgreSQL 15)" bash scripts/citus.sh --smoke
+  fi
 fi
 
 printf '\n==== summary\n'

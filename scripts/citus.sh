@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# pg_gatekeeper on a 3-node Citus cluster (issue 26). Builds Citus once for
+# PostgreSQL 15 (scripts/citus_build.sh, from ../shared/vendor), starts a
+# coordinator and 2 workers on this machine (loopback only, data under
+# /tmp/citus-*), each with shared_preload_libraries = 'citus, pg_gatekeeper',
+# distributes pgbench's tables, and runs each workload through the
+# coordinator as the non-superuser `app`, in each configuration:
+#   nogate    Citus alone (pg_gatekeeper not preloaded)
+#   defaults  the gate at its defaults on every node
+#   small     the gate with max_active = 4 on the coordinator, 2 on the workers
+# Workloads: tpcb-32, tpcb-128, tpcb-256 (pgbench's tpcb-like, -n);
+# explicit-32, explicit-128 (BEGIN; two UPDATEs of accounts on different
+# workers; COMMIT); mixed (TPC-B at 32 beside a loop of multi-shard UPDATEs
+# and a loop of \copy into history); index (TPC-B at 32 while CREATE INDEX,
+# then CREATE INDEX CONCURRENTLY, run on accounts).
+# A run hangs when it has not finished within duration + --hang-after s:
+# the gate's views and pg_stat_activity are recorded on every node, the
+# clients are killed, and the cluster is restarted if it stays stuck.
+# Results: bench/results/citus-<date>/ (results.csv, summary.md by
+# bench/citus_report.py, run.log, runs/: each run's output and the views).
+# Exit status 1 if any run hung or failed to run.
+#
+#   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
+#   bash scripts/citus.sh --smoke            # CI: 5 s per run, scale 2, gated configurations only
+#   options: --duration S --scale N --rounds N --configs "nogate defaults small"
+#            --workloads "tpcb-32 ..." --hang-after S --port-base P --out DIR --keep
+set -uo pipefail
+cd "$(dirname "$0")/.."
+orig_args="$*"
+PG_MAJOR=15
+source scripts/pg_env.sh
+
+duration=20 scale=10 rounds=1 hang_after=60 port_base=55401 keep=0 smoke=0 out=
+configs="nogate defaults small"
+workloads="tpcb-32 tpcb-128 tpcb-256 explicit-32 explicit-128 mixed index"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --smoke) smoke=1 duration=5 scale=2 hang_after=30 configs="defaults small" ;;
+    --duration) duration=$2; shift ;;
+    --scale) scale=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --configs) configs=$2; shift ;;
+    --workloads) workloads=$2; shift ;;
+    --hang-after) hang_after=$2; shift ;;
+    --port-base) port_base=$2; shift ;;
+    --out) out=$2; shift ;;
+    --keep) keep=1 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ "$(id -u)" = 0 ] || { echo "run as root (servers run as postgres)" >&2; exit 2; }
+unset RUST_BACKTRACE
+
+if [ -z "$out" ]; then
+  if [ $smoke = 1 ]; then out=bench/results/smoke-citus-$(date -u +%Y%m%d-%H%M%S)
+  else out=bench/results/citus-$(date -u +%Y%m%d-%H%M); fi
+fi
+mkdir -p "$out/runs"
+out=$(cd "$out" && pwd)
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/run.log"; }
+
+bash scripts/citus_build.sh --pg 15 2>&1 | tee -a "$out/run.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "Citus build failed" >&2; exit 1; }
+[ -f "$("$PG_CONFIG" --pkglibdir)/pg_gatekeeper.so" ] ||
+  { echo "pg_gatekeeper is not installed for PostgreSQL 15 (bash scripts/install.sh 15)" >&2; exit 1; }
+
+PGBENCH=$PG_BINDIR/pgbench
+PSQL=$PG_BINDIR/psql
+nodes=(coord w1 w2)
+declare -A port=([coord]=$port_base [w1]=$((port_base + 1)) [w2]=$((port_base + 2)))
+declare -A small_limit=([coord]=4 [w1]=2 [w2]=2)
+for n in "${nodes[@]}"; do
+  if (echo >/dev/tcp/127.0.0.1/"${port[$n]}") 2>/dev/null; then
+    echo "port ${port[$n]} is in use (--port-base)" >&2; exit 1
+  fi
+done
+
+root=$(mktemp -d /tmp/citus-XXXXXX)
+chmod 755 "$root"
+chown postgres: "$root"
+bg_pids=()
+
+as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
+# psql on node $1 as user $2 (a superuser: postgres is exempt from the gate).
+q() { local n=$1 u=$2; shift 2; timeout 120 "$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "${port[$n]}" -U "$u" -d postgres "$@"; }
+node_start() { as_pg "$PG_BINDIR/pg_ctl" -D "$root/$1" -l "$root/$1.log" -w -t 120 start >/dev/null; }
+node_stop() {
+  [ -f "$root/$1/postmaster.pid" ] || return 0
+  as_pg "$PG_BINDIR/pg_ctl" -D "$root/$1" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+    as_pg "$PG_BINDIR/pg_ctl" -D "$root/$1" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+}
+node_stop_now() {
+  [ -f "$root/$1/postmaster.pid" ] || return 0
+  as_pg "$PG_BINDIR/pg_ctl" -D "$root/$1" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+}
+cleanup() {
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  for n in "${nodes[@]}"; do node_stop "$n"; done
+  for n in "${nodes[@]}"; do [ -f "$root/$n.log" ] && cp "$root/$n.log" "$out/runs/server-$n.log"; done
+  if [ $keep = 1 ]; then echo "cluster data kept in $root"; else rm -rf "$root"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The gate's configuration, in gate.conf (included last by postgresql.conf).
+# Besides the three: coordonly = the gate on the coordinator only, at
+# max_active 4 with lending off (max_tickets 4), app exempt on the workers;
+# any of them with -ptMS appended sets progress_timeout to MS ms.
+set_config() { # config
+  local base=${1%-pt*} pt=
+  [ "$base" = "$1" ] || pt=${1##*-pt}
+  for n in "${nodes[@]}"; do
+    {
+      case $base in
+        nogate) echo "shared_preload_libraries = 'citus'" ;;
+        defaults) echo "shared_preload_libraries = 'citus, pg_gatekeeper'" ;;
+        small) printf "shared_preload_libraries = 'citus, pg_gatekeeper'\npg_gatekeeper.max_active = %s\n" "${small_limit[$n]}" ;;
+        coordonly) echo "shared_preload_libraries = 'citus, pg_gatekeeper'"
+          if [ $n = coord ]; then printf "pg_gatekeeper.max_active = 4\npg_gatekeeper.max_tickets = 4\n"
+          else echo "pg_gatekeeper.exempt_roles = 'app'"; fi ;;
+        *) echo "unknown configuration $1" >&2; return 1 ;;
+      esac
+      [ -z "$pt" ] || echo "pg_gatekeeper.progress_timeout = '${pt}ms'"
+    } >"$root/$n/gate.conf"
+    chown postgres: "$root/$n/gate.conf"
+  done
+}
+restart_all() {
+  for n in "${nodes[@]}"; do node_stop "$n"; done
+  for n in "${nodes[@]}"; do node_start "$n" || { log "node $n did not start"; tail -20 "$root/$n.log"; return 1; }; done
+}
+
+# -- the cluster ---------------------------------------------------------------
+log "cluster in $root: coordinator :${port[coord]}, workers :${port[w1]} :${port[w2]}; scale $scale"
+for n in "${nodes[@]}"; do
+  as_pg "$PG_BINDIR/initdb" -D "$root/$n" -A trust -U postgres --no-sync >/dev/null || exit 1
+  # Workers take more connections than the coordinator: Citus's shared pool
+  # per worker defaults to the coordinator's max_connections.
+  if [ $n = coord ]; then mc=300; else mc=400; fi
+  cat >>"$root/$n/postgresql.conf" <<EOF
+port = ${port[$n]}
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$root'
+max_connections = $mc
+max_prepared_transactions = $mc
+log_line_prefix = '%m [%p] %q%a '
+include_if_exists = 'gate.conf'
+EOF
+done
+set_config defaults
+restart_all || exit 1
+for n in "${nodes[@]}"; do
+  q "$n" postgres -c "CREATE EXTENSION citus" -c "CREATE EXTENSION pg_gatekeeper" || exit 1
+done
+citus_version=$(q coord postgres -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+citus_full=$(q coord postgres -c "SELECT split_part(citus_version(), ' on ', 1)")
+pg_version=$(q coord postgres -c "SHOW server_version")
+q coord postgres -c "SELECT citus_set_coordinator_host('127.0.0.1', ${port[coord]})" \
+  -c "SELECT citus_add_node('127.0.0.1', ${port[w1]})" \
+  -c "SELECT citus_add_node('127.0.0.1', ${port[w2]})" \
+  -c "CREATE ROLE app LOGIN" >/dev/null || exit 1
+# app owns pgbench's tables (CREATE INDEX runs as app).
+for n in "${nodes[@]}"; do q "$n" postgres -c "GRANT CREATE ON SCHEMA public TO app" || exit 1; done
+t0=$SECONDS
+"$PGBENCH" -i -q -s "$scale" -h 127.0.0.1 -p "${port[coord]}" -U app postgres >"$out/init.log" 2>&1 ||
+  { tail "$out/init.log"; exit 1; }
+PGOPTIONS='-c client_min_messages=warning' q coord app >/dev/null <<'EOF' || exit 1
+SELECT create_distributed_table('pgbench_accounts', 'aid');
+SELECT create_distributed_table('pgbench_branches', 'bid', colocate_with => 'none');
+SELECT create_distributed_table('pgbench_tellers', 'tid', colocate_with => 'none');
+SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbench_accounts');
+SELECT truncate_local_data_after_distributing_table(t)
+  FROM unnest(ARRAY['pgbench_accounts', 'pgbench_branches', 'pgbench_tellers', 'pgbench_history']::regclass[]) t;
+EOF
+# Pairs of accounts on different workers, in either order, for the explicit
+# transactions (a reference table: read on the coordinator).
+naids=$((100000 * scale))
+step=$(( naids / 20000 )); [ $step -ge 1 ] || step=1
+q coord app >/dev/null <<EOF || exit 1
+CREATE TABLE aid_pairs (k int PRIMARY KEY, a1 int NOT NULL, a2 int NOT NULL);
+SELECT create_reference_table('aid_pairs');
+INSERT INTO aid_pairs
+WITH placed AS (
+  SELECT aid, (SELECT nodeport FROM pg_dist_shard_placement p
+                WHERE p.shardid = get_shard_id_for_distribution_column('pgbench_accounts', aid)) AS port
+    FROM generate_series(1, $naids, $step) aid),
+w1 AS (SELECT aid, row_number() OVER (ORDER BY random()) n FROM placed WHERE port = ${port[w1]}),
+w2 AS (SELECT aid, row_number() OVER (ORDER BY random()) n FROM placed WHERE port = ${port[w2]})
+SELECT n, CASE WHEN f THEN a ELSE b END, CASE WHEN f THEN b ELSE a END
+  FROM (SELECT w1.n, w1.aid a, w2.aid b, random() < 0.5 f FROM w1 JOIN w2 USING (n)) s;
+EOF
+npairs=$(q coord app -c "SELECT count(*) FROM aid_pairs")
+shards=$(q coord postgres -c "SELECT string_agg(nodeport || ':' || c, ' ') FROM (SELECT nodeport, count(*) c FROM citus_shards WHERE table_name = 'pgbench_accounts'::regclass GROUP BY 1 ORDER BY 1) s")
+log "loaded and distributed in $((SECONDS - t0)) s; accounts shards per node: $shards; $npairs account pairs across workers"
+
+# -- workload scripts ------------------------------------------------------------
+wdir=$root/scripts
+mkdir -p "$wdir"
+cat >"$wdir/explicit.sql" <<'EOF'
+\set k random(1, :npairs)
+SELECT a1, a2 FROM aid_pairs WHERE k = :k \gset
+\set delta random(-5000, 5000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :a1;
+UPDATE pgbench_accounts SET abalance = abalance - :delta WHERE aid = :a2;
+COMMIT;
+EOF
+cat >"$wdir/msupdate.sql" <<'EOF'
+\set r random(0, 9)
+UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid % 10 = :r;
+EOF
+"$PSQL" -X -At -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres -c \
+  "COPY (SELECT (g % (10 * $scale)) + 1, (g % $scale) + 1, (g * 7919) % $naids + 1, 0, now() FROM generate_series(1, 2000) g) TO STDOUT CSV" \
+  >"$wdir/history.csv"
+chmod -R a+rX "$wdir"
+
+# -- one run ---------------------------------------------------------------------
+csv=$out/results.csv
+echo "round,config,workload,clients,duration_s,tps,failed_tx,aborted_clients,zero_tps_intervals,hang,stuck_after_kill,overflow_coord,overflow_w1,overflow_w2,maxq_coord,maxq_w1,maxq_w2,progress_log_lines,breaker_log_lines,citus_deadlocks,side" >"$csv"
+hangs=0
+
+gated() { [ "$1" != nogate ]; }
+overflow() { q "$1" postgres -c "SELECT overflow_total FROM gatekeeper.status" 2>/dev/null || echo NA; }
+log_size() { stat -c %s "$root/$1.log"; }
+log_count() { # node offset pattern
+  tail -c +$(($2 + 1)) "$root/$1.log" | grep -c -- "$3"
+}
+dump_node() { # node file
+  {
+    echo "== $1: gatekeeper.status"
+    q "$1" postgres -x -c "SELECT * FROM gatekeeper.status"
+    echo "== $1: gatekeeper.sessions (not idle)"
+    q "$1" postgres -c "SELECT * FROM gatekeeper.sessions WHERE state <> 'idle' ORDER BY state, queue_position"
+    echo "== $1: pg_stat_activity of app"
+    q "$1" postgres -c "SELECT pid, state, wait_event_type, wait_event, application_name, now() - xact_start, left(query, 80) FROM pg_stat_activity WHERE usename = 'app' ORDER BY state"
+    if [ "$1" = coord ]; then echo "== citus_lock_waits"; q coord postgres -c "SELECT * FROM citus_lock_waits"; fi
+  } >"$2" 2>&1
+}
+snapshot_node() { # node file: who is where, mid-run
+  {
+    echo "== $1: gatekeeper.status"
+    q "$1" postgres -x -c "SELECT max_active, tickets, admitted, running, stalled, queued, overflow_total FROM gatekeeper.status"
+    echo "== $1: gatekeeper.sessions by state and name"
+    q "$1" postgres -c "SELECT state, split_part(application_name, ' ', 1), count(*) FROM gatekeeper.sessions GROUP BY 1, 2 ORDER BY 1, 2"
+    echo "== $1: app backends by state and wait event"
+    q "$1" postgres -c "SELECT state, wait_event_type, wait_event, count(*) FROM pg_stat_activity WHERE usename = 'app' GROUP BY 1, 2, 3 ORDER BY 4 DESC"
+  } >"$2" 2>&1
+}
+app_backends() { q "$1" postgres -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND pid <> pg_backend_pid()" 2>/dev/null || echo 0; }
+# Node $1 still has app sessions doing something (queued or not idle).
+busy_backends() {
+  q "$1" postgres -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state <> 'idle'" 2>/dev/null || echo 0
+}
+
+pgbench_run() { # name clients extra-args... (runs in background, files in $rdir)
+  local name=$1 c=$2; shift 2
+  "$PGBENCH" -n -c "$c" -j 2 -T "$duration" -P 5 --max-tries=10 -h 127.0.0.1 -p "${port[coord]}" -U app "$@" postgres \
+    >"$rdir/$name.out" 2>"$rdir/$name.err" &
+  run_pids+=($!)
+}
+copy_loop() { # until the run's end
+  local end=$((SECONDS + duration)) ok=0 bad=0
+  while [ $SECONDS -lt $end ]; do
+    if timeout $((duration + hang_after)) "$PSQL" -X -q -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres \
+         -c "\\copy pgbench_history (tid, bid, aid, delta, mtime) FROM '$wdir/history.csv' CSV" 2>>"$rdir/copy.err"; then
+      ok=$((ok + 1))
+    else bad=$((bad + 1)); fi
+  done
+  echo "copies ok $ok failed $bad" >"$rdir/copy.out"
+}
+index_job() {
+  sleep $((duration / 4))
+  local t s
+  for stmt in "CREATE INDEX ix_abal ON pgbench_accounts (abalance)" "DROP INDEX ix_abal" \
+              "CREATE INDEX CONCURRENTLY ix_abal ON pgbench_accounts (abalance)" "DROP INDEX ix_abal"; do
+    t=$EPOCHREALTIME
+    if timeout $((duration + hang_after)) "$PSQL" -X -q -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres -c "$stmt" 2>>"$rdir/index.err"; then s=ok; else s=failed; fi
+    awk -v a="$t" -v b="$EPOCHREALTIME" -v st="$stmt: $s" 'BEGIN {printf "%s in %.1f s\n", st, b - a}' >>"$rdir/index.out"
+  done
+}
+sampler() { # node: the gate's counters every 500 ms over one exempt connection
+  printf "SELECT extract(epoch FROM now())::int, queued, admitted, overflow_total FROM gatekeeper.status \\\\watch 0.5\n" |
+    timeout $((duration + hang_after + 30)) "$PSQL" -X -q -At -F ' ' -h 127.0.0.1 -p "${port[$1]}" -U postgres -d postgres \
+    >"$rdir/samples-$1.txt" 2>/dev/null &
+  sampler_pids+=($!)
+}
+
+run_one() { # round config workload
+  local round=$1 config=$2 wl=$3 clients
+  rdir=$out/runs/r$round-$config-$wl
+  mkdir -p "$rdir"
+  run_pids=() sampler_pids=()
+  declare -A ov0 off0
+  for n in "${nodes[@]}"; do
+    off0[$n]=$(log_size "$n")
+    if gated "$config"; then ov0[$n]=$(overflow "$n"); sampler "$n"; fi
+  done
+  case $wl in
+    tpcb-*) clients=${wl#tpcb-}; pgbench_run main "$clients" ;;
+    explicit-*) clients=${wl#explicit-}; pgbench_run main "$clients" -f "$wdir/explicit.sql" -D npairs="$npairs" ;;
+    mixed) clients=32
+      pgbench_run main 32
+      pgbench_run msupdate 1 -f "$wdir/msupdate.sql"
+      copy_loop & run_pids+=($!) ;;
+    index) clients=32
+      pgbench_run main 32
+      index_job & run_pids+=($!) ;;
+  esac
+  bg_pids=("${run_pids[@]}" "${sampler_pids[@]}")
+  local deadline=$((SECONDS + duration + hang_after)) mid=$((SECONDS + duration / 2)) snapped=no hang=no stuck=no p
+  while :; do
+    if [ $snapped = no ] && [ $SECONDS -ge $mid ]; then
+      snapped=yes
+      for n in "${nodes[@]}"; do snapshot_node "$n" "$rdir/mid-$n.txt"; done
+    fi
+    local alive=0
+    for p in "${run_pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    if [ $SECONDS -ge $deadline ]; then
+      hang=yes
+      hangs=$((hangs + 1))
+      log "HANG: $config $wl not finished after $((duration + hang_after)) s; recording the views"
+      for n in "${nodes[@]}"; do dump_node "$n" "$rdir/hang-$n.txt"; done
+      for p in "${run_pids[@]}"; do pkill -P "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
+      sleep 1
+      for p in "${run_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+      # Does the hang outlive its clients?
+      sleep 10
+      for n in "${nodes[@]}"; do
+        if [ "$(busy_backends "$n")" != 0 ]; then stuck=yes; dump_node "$n" "$rdir/after-kill-$n.txt"; fi
+      done
+      break
+    fi
+    sleep 1
+  done
+  wait "${run_pids[@]}" 2>/dev/null
+  for p in "${sampler_pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait "${sampler_pids[@]}" 2>/dev/null
+  bg_pids=()
+
+  local tps failed aborted zero side=""
+  tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$rdir/main.out")
+  [ -n "$tps" ] || tps=NA
+  failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$rdir/main.out"); failed=${failed:-NA}
+  aborted=$(cat "$rdir"/*.err 2>/dev/null | grep -c 'client [0-9]* aborted')
+  zero=$(grep -c ', 0\.0 tps' "$rdir/main.err")
+  case $wl in
+    mixed) side="msupdate tps $(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$rdir/msupdate.out"); $(cat "$rdir/copy.out" 2>/dev/null)" ;;
+    index) side=$(tr '\n' ';' <"$rdir/index.out" 2>/dev/null) ;;
+  esac
+  local ovs=() mq=() prog=0 brk=0 dl=0 n d
+  for n in "${nodes[@]}"; do
+    if gated "$config"; then
+      d=$(overflow "$n")
+      if [[ $d =~ ^[0-9]+$ && ${ov0[$n]} =~ ^[0-9]+$ ]]; then ovs+=($((d - ${ov0[$n]}))); else ovs+=(NA); fi
+      mq+=("$(awk 'NF >= 4 && $2 ~ /^[0-9]+$/ && $2 > m {m = $2} END {print m + 0}' "$rdir/samples-$n.txt")")
+    else ovs+=(""); mq+=(""); fi
+    prog=$((prog + $(log_count "$n" "${off0[$n]}" "over the limit: no holder worked")))
+    brk=$((brk + $(log_count "$n" "${off0[$n]}" "over the limit because process")))
+    dl=$((dl + $(log_count "$n" "${off0[$n]}" "distributed deadlock")))
+  done
+  echo "$round,$config,$wl,$clients,$duration,$tps,$failed,$aborted,$zero,$hang,$stuck,${ovs[0]},${ovs[1]},${ovs[2]},${mq[0]},${mq[1]},${mq[2]},$prog,$brk,$dl,\"$side\"" >>"$csv"
+  log "$config $wl: tps $tps, failed $failed, aborted clients $aborted, hang $hang (stuck after kill: $stuck), overflow ${ovs[*]}, max queued ${mq[*]}, progress/breaker log lines $prog/$brk, Citus deadlocks $dl${side:+; $side}"
+
+  # Leave the cluster clean for the next run.
+  if [ $hang = yes ]; then
+    log "restarting the cluster after the hang"
+    for n in "${nodes[@]}"; do node_stop_now "$n"; done
+    restart_all || return 1
+  else
+    local tries=0
+    while [ $tries -lt 10 ]; do
+      [ "$(app_backends coord)" = 0 ] && break
+      sleep 1; tries=$((tries + 1))
+    done
+  fi
+  q coord app -c "DROP INDEX IF EXISTS ix_abal" >/dev/null 2>&1
+  return 0
+}
+
+# -- summary ---------------------------------------------------------------------
+summary() {
+  cat >"$out/meta.md" <<EOF
+# pg_gatekeeper on Citus: 3 nodes on one machine
+
+- Command: \`bash scripts/citus.sh $orig_args\` ($rounds round(s), $duration s per run, pgbench scale $scale, hang = not finished $hang_after s after its end)
+- Machine: $(nproc) CPUs, $(free -g | awk '/^Mem/ {print $2}') GiB; coordinator and 2 workers on it, loopback TCP; the clients (pgbench -j 2) share the CPUs
+- PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL 15 (repository at $(git rev-parse --short HEAD 2>/dev/null))
+- Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
+- pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); -ptMS = progress_timeout MS ms
+- Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
+EOF
+  python3 bench/citus_report.py "$out"
+}
+
+for round in $(seq 1 "$rounds"); do
+  # Each round starts with another configuration (drift: the tables grow).
+  read -r -a cf <<<"$configs"
+  for ((c = 0; c < ${#cf[@]}; c++)); do
+    config=${cf[$(( (c + round - 1) % ${#cf[@]} ))]}
+    log "== round $round: configuration $config"
+    set_config "$config" || exit 2
+    restart_all || exit 1
+    q coord app -c "VACUUM ANALYZE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history" >/dev/null 2>&1
+    for n in "${nodes[@]}"; do q "$n" postgres -c CHECKPOINT >/dev/null; done
+    for wl in $workloads; do
+      run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
+    done
+  done
+  summary
+  log "round $round done: $out/summary.md"
+done
+log "results: $out/results.csv, $out/summary.md; hangs: $hangs"
+[ $hangs = 0 ]

@@ -1,0 +1,50 @@
+//! The `citus_internal` application name proves nothing (issue 26): Citus
+//! tags its connections between nodes with `application_name =
+//! 'citus_internal gpid=N'`, but any client can set that name. A client
+//! that does is gated like any other. No Citus is needed for this.
+//!
+//! One place, no lending (`max_active = 1`, `max_tickets = 1`) and the
+//! progress guarantee pushed out of the way (`progress_timeout = 1h`), so
+//! that a parked session stays parked while the holder idles.
+//! Gated sessions are role `app`; the observer is the exempt superuser.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_stays_queued, Cluster};
+
+const CONF: &[(&str, &str)] =
+    &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1"), ("pg_gatekeeper.progress_timeout", "1h")];
+
+#[test]
+fn a_client_named_citus_internal_is_gated_like_any_client() {
+    let c = Cluster::start(CONF);
+    // Named at connection time (a startup parameter, as Citus does it).
+    let at_startup = c.app("citus_internal gpid=1");
+    // Named by SET, before anyone holds the place (the SET is gated too).
+    let mut by_set = c.app("spoofer");
+    by_set.ok("SET application_name = 'citus_internal gpid=10000000002'");
+    by_set.name = "citus_internal gpid=10000000002".to_string();
+
+    let mut h = c.app("holder");
+    h.ok("BEGIN");
+    h.ok("SELECT 1");
+    assert_eq!(c.session("holder").unwrap().state, "idle in transaction");
+
+    let first = at_startup.spawn("SELECT 1");
+    assert_eq!(c.wait_queued("citus_internal gpid=1"), 1);
+    let second = by_set.spawn("BEGIN; SELECT 1; COMMIT");
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000002"), 2);
+    assert_stays_queued(&c, &first, Duration::from_millis(300));
+    assert_stays_queued(&c, &second, Duration::from_millis(300));
+    let s = c.status();
+    assert_eq!(s.queued(), 2);
+    assert_eq!(s.int("overflow_total"), 0, "nobody was admitted over the limit");
+
+    h.ok("COMMIT");
+    first.join_ok(Duration::from_secs(5));
+    second.join_ok(Duration::from_secs(5));
+    assert_eq!(c.status().int("waited_total"), 2);
+    c.assert_quiet();
+}
