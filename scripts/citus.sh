@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pg_gatekeeper on a 3-node Citus cluster (issue 26). Builds Citus once for
+# pg_gatekeeper on a 3-node Citus cluster. Builds Citus once for
 # PostgreSQL 15 (scripts/citus_build.sh, from ../shared/vendor), starts a
 # coordinator and 2 workers on this machine (loopback only, data under
 # /tmp/citus-*), each with shared_preload_libraries = 'citus, pg_gatekeeper',

@@ -74,7 +74,7 @@ if [[ " ${majors[*]} " == *" 15 "* ]]; then
   bash scripts/install.sh 15 >/dev/null 2>&1
   step "benchmark smoke (PostgreSQL 15)" bash bench/run.sh --smoke --no-build
   # Only on request: on Citus the gate still crawls or hangs at 128-256
-  # clients (issue 26), so this step fails today. About 5 minutes (Citus's
+  # clients, so this step fails today. About 5 minutes (Citus's
   # build, once, is 1.5 more).
   if [ $citus = 1 ]; then
     step "Citus smoke: 3 nodes, the gate on each (PostgreSQL 15)" bash scripts/citus.sh --smoke

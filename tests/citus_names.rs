@@ -1,4 +1,4 @@
-//! The `citus_internal` application name proves nothing (issue 26): Citus
+//! The `citus_internal` application name proves nothing: Citus
 //! tags its connections between nodes with `application_name =
 //! 'citus_internal gpid=N'`, but any client can set that name. A client
 //! that does is gated like any other. No Citus is needed for this.
