@@ -56,6 +56,9 @@ def parse_args(argv):
                         "the built-in defaults (automatic limit)")
     p.add_argument("--set", action="append", default=[], metavar="GUC=VALUE",
                    help="extra server setting for every configuration (repeatable)")
+    p.add_argument("--async", dest="async_commit", action="store_true",
+                   help="synchronous_commit = off (the CPU-bound variant; the summary's Server line says so). "
+                        "Default: PostgreSQL's durable commits")
     p.add_argument("--jobs", type=int, default=2, help="pgbench -j")
     p.add_argument("--sampling-rate", type=float, default=1.0, help="pgbench --sampling-rate for the latency logs")
     p.add_argument("--pgbouncer-select-mode", default="simple", choices=["simple", "extended"],
