@@ -25,7 +25,7 @@ use gatekeeper_core::progress::{self, ScopeSample, Verdict, Watch};
 use gatekeeper_core::GateHeader;
 use pgrx::pg_sys;
 
-use crate::{procs, shmem};
+use crate::shmem;
 
 /// Scope index of the whole gate; classes are `0..MAX_CLASSES`.
 const GATE: usize = MAX_CLASSES;
@@ -42,8 +42,9 @@ enum Shows {
     Waiting,
 }
 
-fn shows(procno: usize) -> Shows {
-    match procs::wait_class(procno) {
+/// What a holder whose wait event class (`procs::wait_class`) is `wait` shows.
+fn shows(wait: u32) -> Shows {
+    match wait {
         0 => Shows::NoWaitEvent,
         c if c == pg_sys::PG_WAIT_IO || c == pg_sys::PG_WAIT_LWLOCK => Shows::Work,
         _ => Shows::Waiting,
@@ -172,12 +173,13 @@ impl Liveness {
 }
 
 impl Scan {
-    /// Sort one holder into its scopes. `counts`: it counts against the
-    /// tickets (it is not a relieved stalled holder).
-    pub fn holder(&mut self, procno: usize, pid: i32, class: usize, counts: bool) {
+    /// Sort one holder into its scopes: `wait` is its wait event class
+    /// (`procs::wait_class`); `counts`: it counts against the tickets (it is
+    /// not a relieved stalled holder).
+    pub fn holder(&mut self, wait: u32, pid: i32, class: usize, counts: bool) {
         let class = class.min(MAX_CLASSES - 1);
         let scopes = [Some(class), counts.then_some(GATE)];
-        match shows(procno) {
+        match shows(wait) {
             Shows::Work => scopes.into_iter().flatten().for_each(|k| self.working[k] = true),
             Shows::Waiting => {}
             Shows::NoWaitEvent => {

@@ -52,14 +52,6 @@ pub fn waits_on_client(procno: usize) -> bool {
     wait_class(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
-/// Whether the process in PGPROC `procno` waits on a heavyweight lock (a
-/// table, row or transaction lock): it waits for another transaction, not
-/// for work of its own. LWLock waits (WAL writes, buffers) are short and
-/// part of the work, and do not count.
-pub fn waits_on_lock(procno: usize) -> bool {
-    wait_class(procno) == pg_sys::PG_WAIT_LOCK
-}
-
 /// PIDs of every process that waits on a heavyweight lock.
 pub fn lock_waiters() -> Vec<i32> {
     let mut out = vec![];

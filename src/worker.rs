@@ -220,14 +220,16 @@ fn sample_and_steer(
             if s.state != SlotState::Admitted {
                 continue;
             }
+            // One reading of the wait event serves every decision below.
+            let wait = procs::wait_class(i);
             if h.queued > 0 {
-                scan.holder(i, s.pid, s.class as usize, !s.stalled || stalled_count);
+                scan.holder(wait, s.pid, s.class as usize, !s.stalled || stalled_count);
             }
-            let uses_server = !procs::waits_on_client(i);
+            let uses_server = wait != pg_sys::PG_WAIT_CLIENT;
             let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
             let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
             busy += uses_server as u32;
-            working += (uses_server && !stalled && !procs::waits_on_lock(i)) as u32;
+            working += (uses_server && !stalled && wait != pg_sys::PG_WAIT_LOCK) as u32;
             if stalled != s.stalled {
                 changes.push((i, stalled));
             }
