@@ -352,17 +352,19 @@ fn a_terminated_worker_comes_back_within_about_a_second() {
     wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
     for round in 0..2 {
         let old = c.worker_pid().unwrap();
-        // The routine way to end every other session, as a DBA would.
-        c.admin_exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()");
+        // Round 0 ends the worker alone; round 1 ends every other session,
+        // the routine way a DBA would.
+        let victims = if round == 0 { format!("pid = {old}") } else { "pid <> pg_backend_pid()".to_string() };
+        c.admin_exec(&format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {victims}"));
         let t0 = Instant::now();
         wait_until("a new worker runs", Duration::from_secs(10), || c.worker_pid().is_some_and(|p| p != old));
-        // The first termination: back after the worker's 1 s restart
-        // interval. The second comes a few milliseconds after that restart:
-        // PostgreSQL 15's postmaster then sometimes starts it only at its
-        // next wake-up for another worker (the logical replication
-        // launcher's 5 s restart; observed 4 s), so only its return is
-        // required.
-        let bound = if round == 0 { Duration::from_millis(2500) } else { Duration::from_secs(6) };
+        // Alone, it is back after its 1 s restart interval. Ended together
+        // with the logical replication launcher (5 s restart interval),
+        // PostgreSQL 15's postmaster can miss the second exit while it
+        // computes its sleep from the first (its signal handlers run between
+        // that computation and select()), and wakes only at the launcher's
+        // restart: observed 4 to 5 s. Only the return is required then.
+        let bound = if round == 0 { Duration::from_millis(2500) } else { Duration::from_secs(7) };
         assert!(t0.elapsed() < bound, "round {round}: back after {:?}", t0.elapsed());
     }
     // Its duties work again: a reload applies, and an idle holder lends.
