@@ -21,7 +21,7 @@ for r in rows:
         configs.append(r["config"])
     if r["workload"] not in workloads:
         workloads.append(r["workload"])
-order = ["nogate", "defaults", "small", "coordonly"]
+order = ["nogate", "defaults", "small", "coordonly", "workersonly"]
 configs.sort(key=lambda c: (order.index(c.split("-pt")[0]) if c.split("-pt")[0] in order else 9, c))
 nodes = ("coord", "w1", "w2")
 

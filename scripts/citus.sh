@@ -18,7 +18,9 @@
 # clients are killed, and the cluster is restarted if it stays stuck.
 # Results: bench/results/citus-<date>/ (results.csv, summary.md by
 # bench/citus_report.py, run.log, runs/: each run's output and the views).
-# Exit status 1 if any run hung or failed to run.
+# With the defaults configuration, round 1 also checks what passes the
+# gate on a worker (trust_check below).
+# Exit status 1 if any run hung or failed to run, or the trust check failed.
 #
 #   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
 #   bash scripts/citus.sh --smoke            # CI: 5 s per run, scale 2, gated configurations only
@@ -107,6 +109,8 @@ trap 'exit 130' INT TERM
 # The gate's configuration, in gate.conf (included last by postgresql.conf).
 # Besides the three: coordonly = the gate on the coordinator only, at
 # max_active 4 with lending off (max_tickets 4), app exempt on the workers;
+# workersonly = the gate at its defaults on the workers, not loaded on the
+# coordinator;
 # any of them with -ptMS appended sets progress_timeout to MS ms.
 set_config() { # config
   local base=${1%-pt*} pt=
@@ -117,6 +121,8 @@ set_config() { # config
         nogate) echo "shared_preload_libraries = 'citus'" ;;
         defaults) echo "shared_preload_libraries = 'citus, pg_gatekeeper'" ;;
         small) printf "shared_preload_libraries = 'citus, pg_gatekeeper'\npg_gatekeeper.max_active = %s\n" "${small_limit[$n]}" ;;
+        workersonly) if [ $n = coord ]; then echo "shared_preload_libraries = 'citus'"
+          else echo "shared_preload_libraries = 'citus, pg_gatekeeper'"; fi ;;
         coordonly) echo "shared_preload_libraries = 'citus, pg_gatekeeper'"
           if [ $n = coord ]; then printf "pg_gatekeeper.max_active = 4\npg_gatekeeper.max_tickets = 4\n"
           else echo "pg_gatekeeper.exempt_roles = 'app'"; fi ;;
@@ -380,6 +386,42 @@ run_one() { # round config workload
   return 0
 }
 
+# -- what passes on a worker -------------------------------------------------------
+# A session named like Citus's connections opens a block the way Citus does
+# on worker 1 and sleeps in it; its state in gatekeeper.sessions says
+# whether the gate admitted it (active: gated) or let it ride (idle).
+# Citus's own assign_distributed_transaction_id rides (Citus itself trusts
+# that call and the name); a look-alike function outside the citus
+# extension is gated. Returns 1 when either answer is wrong.
+trust_failed=0
+trust_case() { # what function expected-state
+  local name="citus_internal gpid=10000000099" state= i
+  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h 127.0.0.1 -p "${port[w1]}" -U app -d postgres -c \
+    "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT $2(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT" \
+    >/dev/null 2>"$out/trust-$1.err" &
+  local pid=$!
+  for i in $(seq 1 100); do
+    state=$(q w1 postgres -c "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                               WHERE a.application_name = '$name' AND a.wait_event = 'PgSleep'")
+    [ -n "$state" ] && break
+    sleep 0.1
+  done
+  wait $pid || { log "trust: $1: the session failed: $(cat "$out/trust-$1.err")"; trust_failed=1; return; }
+  if [ "$state" = "$3" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
+  else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $3"; trust_failed=1; fi
+}
+trust_check() {
+  # Created on the worker alone (Citus refuses to propagate DDL from there).
+  q w1 postgres -c "SET citus.enable_ddl_propagation = off" -c "CREATE OR REPLACE FUNCTION
+      public.assign_distributed_transaction_id(int, bigint, timestamptz) RETURNS void LANGUAGE sql AS 'SELECT NULL::void'" \
+    -c "GRANT EXECUTE ON FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz) TO app" >"$out/trust-setup.log" 2>&1 ||
+    { log "trust: could not create the look-alike function: $(cat "$out/trust-setup.log")"; trust_failed=1; return; }
+  trust_case citus pg_catalog.assign_distributed_transaction_id idle
+  trust_case lookalike public.assign_distributed_transaction_id active
+  q w1 postgres -c "SET citus.enable_ddl_propagation = off" \
+    -c "DROP FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)" >/dev/null
+}
+
 # -- summary ---------------------------------------------------------------------
 summary() {
   cat >"$out/meta.md" <<EOF
@@ -390,7 +432,7 @@ summary() {
 - PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL 15 (repository at $(git rev-parse --short HEAD 2>/dev/null))
 - Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
 - pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)
-- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); -ptMS = progress_timeout MS ms
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
   python3 bench/citus_report.py "$out"
@@ -409,9 +451,10 @@ for round in $(seq 1 "$rounds"); do
     for wl in $workloads; do
       run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
     done
+    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; fi
   done
   summary
   log "round $round done: $out/summary.md"
 done
 log "results: $out/results.csv, $out/summary.md; hangs: $hangs"
-[ $hangs = 0 ]
+[ $hangs = 0 ] && [ $trust_failed = 0 ]

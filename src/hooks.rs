@@ -23,7 +23,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{gate, gucs, monitor, session};
+use crate::{citus, gate, gucs, monitor, session};
 
 unsafe extern "C" {
     /// Saves the previous hooks and installs the C entry points; it only
@@ -67,7 +67,7 @@ unsafe extern "C-unwind" fn gk_after_parse_analyze(query: *mut pg_sys::Query) {
             && (*query).commandType != pg_sys::CmdType::CMD_UTILITY
             && !monitor::is_monitoring_query(query)
         {
-            gate::admit(gate::Point::Statement);
+            admit_query(query);
         }
     }
 }
@@ -84,8 +84,23 @@ unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) -> bool
     if unsafe { monitor::is_monitoring_query(parse) } {
         return true;
     }
-    gate::admit(gate::Point::Statement);
+    // SAFETY: as above.
+    unsafe { admit_query(parse) };
     false
+}
+
+/// Admit the transaction of an analysed query, unless the query starts a
+/// Citus distributed transaction's work here (see `citus`): that rides on
+/// the distributed transaction's admission.
+///
+/// SAFETY: `query` must be a valid analysed Query.
+unsafe fn admit_query(query: *mut pg_sys::Query) {
+    // SAFETY: per the caller.
+    if unsafe { citus::starts_distributed_transaction(query) } {
+        session::pass_this_transaction();
+    } else {
+        gate::admit(gate::Point::Statement);
+    }
 }
 
 /// Before the executor starts (every execution, prepared ones included).
@@ -239,6 +254,10 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
                 gate::admit(gate::Point::Statement);
             }
             session::enter_utility();
+            // SAFETY: as above.
+            if unsafe { copies_from_client((*pstmt).utilityStmt) } {
+                session::set_reads_client(true);
+            }
             after::GATED
         }
     }
@@ -249,7 +268,8 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
     match action {
-        after::BEGIN if needs_admission() => gate::admit(gate::Point::Begin),
+        // A Citus connection's block is decided by its first statement.
+        after::BEGIN if needs_admission() && !citus::defers_begin() => gate::admit(gate::Point::Begin),
         // It ran, so the block ends at the next transaction event and the
         // chained one starts (an error before then means no chain: the mark
         // is then cleared without effect). In an aborted block the
@@ -279,7 +299,24 @@ unsafe extern "C-unwind" fn gk_utility_failed(action: i32) {
 /// Leave a gated utility statement's scope, ending the transaction's
 /// admission if the statement left no transaction behind.
 fn leave_utility() {
-    if session::exit_utility() {
+    let ended = session::exit_utility();
+    if session::utility_depth() == 0 {
+        session::set_reads_client(false);
+    }
+    if ended {
         gate::end_transaction();
+    }
+}
+
+/// Whether `stmt` is COPY FROM STDIN: it reads its data from the client.
+///
+/// SAFETY: `stmt` must be a valid utility statement node.
+unsafe fn copies_from_client(stmt: *mut pg_sys::Node) -> bool {
+    // SAFETY: per the caller; the cast matches the node's tag.
+    unsafe {
+        (*stmt).type_ == pg_sys::NodeTag::T_CopyStmt && {
+            let c = &*(stmt as *mut pg_sys::CopyStmt);
+            c.is_from && c.filename.is_null()
+        }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
 //! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties;
 //!   [`procs`]: reading other backends' PGPROC entries.
+//! - [`citus`]: Citus's own connections between nodes.
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
 //! - [`api`]: views and functions; [`errors`]: every error we raise.
 
@@ -20,6 +21,7 @@ compile_error!("pg_gatekeeper must be built with panic = \"unwind\" (Cargo.toml'
 use pgrx::prelude::*;
 
 mod api;
+mod citus;
 mod compat;
 mod deadlock;
 mod errors;

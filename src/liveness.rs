@@ -42,7 +42,7 @@ enum Shows {
     Waiting,
 }
 
-/// What a holder whose wait event class (`procs::wait_class`) is `wait` shows.
+/// What a holder whose wait event class (`procs::holder_wait`) is `wait` shows.
 fn shows(wait: u32) -> Shows {
     match wait {
         0 => Shows::NoWaitEvent,
@@ -174,7 +174,7 @@ impl Liveness {
 
 impl Scan {
     /// Sort one holder into its scopes: `wait` is its wait event class
-    /// (`procs::wait_class`); `counts`: it counts against the tickets (it is
+    /// (`procs::holder_wait`); `counts`: it counts against the tickets (it is
     /// not a relieved stalled holder).
     pub fn holder(&mut self, wait: u32, pid: i32, class: usize, counts: bool) {
         let class = class.min(MAX_CLASSES - 1);

@@ -4,6 +4,8 @@
 //! without a lock, exactly as pg_stat_activity does: a stale value costs
 //! one sample's accuracy, never safety.
 
+use std::sync::atomic::Ordering;
+
 use pgrx::pg_sys;
 
 /// The class part of a wait event (`wait_event_info`'s top byte), as
@@ -37,19 +39,55 @@ pub fn my_number() -> usize {
     unsafe { number(pg_sys::MyProc) }
 }
 
-/// The wait event class of the process with PGPROC number `procno` (0 when
-/// it is not waiting).
-pub fn wait_class(procno: usize) -> u32 {
+/// The wait event of the process with PGPROC number `procno` (0 when it is
+/// not waiting).
+fn wait_event(procno: usize) -> u32 {
     // SAFETY: slot indices are PGPROC numbers below MaxBackends, within
     // allProcs; wait_event_info is a single word read without a lock.
-    let info = unsafe { std::ptr::read_volatile(&raw const (*proc_at(procno)).wait_event_info) };
-    info & WAIT_CLASS_MASK
+    unsafe { std::ptr::read_volatile(&raw const (*proc_at(procno)).wait_event_info) }
 }
 
-/// Whether the process in PGPROC `procno` waits on its own client (idle in
+/// What the holder in slot `procno` waits on, as a wait event class (0 when
+/// it is not waiting), with
+/// one correction: a `ClientRead` wait while its statement is active is a
+/// wait on another server, not on its own client. Citus waits for its
+/// workers' results that way (postgres_fdw and dblink wait in class
+/// Extension), so such a wait is reported as [`pg_sys::PG_WAIT_EXTENSION`],
+/// the class of waits on something outside this server. COPY FROM STDIN
+/// reading its client stays a client wait, and so does every wait of a
+/// backend whose activity is not tracked (`track_activities = off`).
+pub fn holder_wait(procno: usize) -> u32 {
+    let event = wait_event(procno);
+    if event == pg_sys::WaitEventClient::WAIT_EVENT_CLIENT_READ && statement_active(procno) {
+        return pg_sys::PG_WAIT_EXTENSION;
+    }
+    event & WAIT_CLASS_MASK
+}
+
+/// Whether the backend in slot `procno` runs a statement (its activity
+/// state is `active` or `fastpath function call`) that does not read COPY
+/// data from its client.
+fn statement_active(procno: usize) -> bool {
+    let activity = crate::shmem::activity(procno);
+    if activity.reads_client.load(Ordering::Relaxed) {
+        return false;
+    }
+    let entry = activity.status_entry.load(Ordering::Relaxed);
+    if entry.is_null() {
+        return false;
+    }
+    // SAFETY: a published entry points into PostgreSQL's shared activity
+    // array, which lives as long as shared memory; st_state is one word
+    // that its owner writes and pg_stat_activity reads the same way (a torn
+    // or stale state costs one sample's accuracy).
+    let state = unsafe { std::ptr::read_volatile(&raw const (*entry).st_state) };
+    matches!(state, pg_sys::BackendState::STATE_RUNNING | pg_sys::BackendState::STATE_FASTPATH)
+}
+
+/// Whether the holder in slot `procno` waits on its own client (idle in
 /// transaction, or reading COPY data): it uses no CPU.
 pub fn waits_on_client(procno: usize) -> bool {
-    wait_class(procno) == pg_sys::PG_WAIT_CLIENT
+    holder_wait(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
 /// PIDs of every process that waits on a heavyweight lock.

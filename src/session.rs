@@ -173,6 +173,15 @@ pub fn take_chain(event: pg_sys::XactEvent::Type) -> bool {
     LOCAL.with(|l| l.chain_at.take()) == Some(event)
 }
 
+/// This backend starts or ends reading COPY data from its client: while it
+/// does, a wait on its client is not a wait on another server (see
+/// `procs::holder_wait`).
+pub fn set_reads_client(v: bool) {
+    if LOCAL.with(|l| l.attached.get()) {
+        shmem::activity(slot()).reads_client.store(v, Ordering::Relaxed);
+    }
+}
+
 pub fn utility_depth() -> u32 {
     LOCAL.with(|l| l.utility_depth.get())
 }
@@ -209,6 +218,11 @@ pub fn ensure_attached() -> usize {
     // SAFETY: MyProcPid is set at process start.
     let pid = unsafe { pg_sys::MyProcPid };
     shmem::with_gate(|mut l| l.gate.attach(i, pid, false));
+    let activity = shmem::activity(i);
+    activity.reads_client.store(false, Ordering::Relaxed);
+    // SAFETY: MyBEEntry is this backend's entry in PostgreSQL's shared
+    // activity array, set before any statement runs (or null without one).
+    activity.status_entry.store(unsafe { pg_sys::MyBEEntry }, Ordering::Relaxed);
     LOCAL.with(|l| {
         l.slot.set(i);
         l.attached.set(true);
@@ -270,6 +284,7 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, _arg: pg_sys::Datum) {
     let i = slot();
     let now = crate::now_us();
     shmem::with_gate_waking(|mut l, wake| l.gate.detach(i, now, wake));
+    shmem::activity(i).status_entry.store(std::ptr::null_mut(), Ordering::Relaxed);
     LOCAL.with(|l| {
         l.attached.set(false);
         l.admitted.set(false);

@@ -2,8 +2,8 @@
 //!
 //! Layout (one `ShmemInitStruct` named "pg_gatekeeper", MAXALIGNed parts):
 //! `Shared` header | `[Slot; nslots]` (one per PGPROC number below
-//! MaxBackends) | `[HistorySample; history_cap]` | `[AtomicI64; nslots]`
-//! (each holder's run start, see [`run_start`]).
+//! MaxBackends) | `[HistorySample; history_cap]` | `[Activity; nslots]`
+//! (what each holder runs, see [`activity`]).
 //!
 //! Locking protocol:
 //! - `Shared::lock` (one LWLock of the "pg_gatekeeper" tranche) guards the
@@ -20,17 +20,18 @@
 //! - `worker_procno` is an atomic so that a parking backend can wake the
 //!   worker without the lock; `applied_reload` is an atomic read at every
 //!   admission without the lock.
-//! - The run starts are atomics written by their own backend without the
-//!   lock, at admission and at each statement it starts while admitted, and
-//!   read by the worker, which decides stalls from them (a stale read only
-//!   delays a stall by one sample).
+//! - The activities are atomics written by their own backend without the
+//!   lock (the run start at admission and at each statement it starts while
+//!   admitted; its activity entry when it attaches; whether it reads COPY
+//!   data from its client), and read by the worker, which decides stalls and
+//!   idleness from them (a stale read costs one sample's accuracy).
 //!
 //! After a crash the postmaster reinitialises shared memory and this module
 //! starts from an empty gate (the startup hook sees `found == false`).
 
 use std::mem::{align_of, size_of};
 use std::ptr;
-use std::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 use gatekeeper_core::adaptive::{self, Bounds, Reason};
 use gatekeeper_core::history::{HistorySample, Ring};
@@ -88,6 +89,20 @@ impl LimitStatus {
     }
 }
 
+/// What the backend in a slot runs, written by that backend without the lock.
+#[repr(C)]
+pub struct Activity {
+    /// When the holder began what it runs now: its admission, or the start
+    /// of its current statement, whichever is later (microseconds).
+    pub run_start: AtomicI64,
+    /// The backend's entry in PostgreSQL's activity array (`MyBEEntry`,
+    /// what pg_stat_activity reads), published when it attaches: whether
+    /// its statement is active. Null before then.
+    pub status_entry: AtomicPtr<pg_sys::PgBackendStatus>,
+    /// It runs COPY FROM STDIN: a wait on its client is a wait for data.
+    pub reads_client: AtomicBool,
+}
+
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
 static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
@@ -99,12 +114,12 @@ fn align(n: usize) -> usize {
     n.div_ceil(a) * a
 }
 
-/// Offsets of the slots, the history and the run starts, and the total size.
+/// Offsets of the slots, the history and the activities, and the total size.
 fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize, usize) {
     let slots_at = align(size_of::<Shared>());
     let history_at = align(slots_at + nslots * size_of::<Slot>());
     let runs_at = align(history_at + history_cap * size_of::<HistorySample>());
-    let total = align(runs_at + nslots * size_of::<AtomicI64>());
+    let total = align(runs_at + nslots * size_of::<Activity>());
     (slots_at, history_at, runs_at, total)
 }
 
@@ -200,21 +215,25 @@ pub fn worker_procno() -> &'static AtomicI32 {
     unsafe { &*ptr::addr_of!((*shared_ptr()).worker_procno) }
 }
 
-/// When the holder in slot `i` began what it runs now: its admission, or
-/// the start of its current statement, whichever is later (microseconds).
-/// Read and written without the lock (see the locking protocol above).
-pub fn run_start(i: usize) -> &'static AtomicI64 {
+/// What the backend in slot `i` runs. Read and written without the lock
+/// (see the locking protocol above).
+pub fn activity(i: usize) -> &'static Activity {
     let p = shared_ptr();
     // SAFETY: the segment lives as long as the process once created; the
-    // run starts are an array of `nslots` atomics at their offset, zeroed at
-    // creation, and `nslots` is written once at startup. An index out of
-    // range panics before any pointer is formed.
+    // activities are an array of `nslots` atomics at their offset, zeroed at
+    // creation (a valid value for each), and `nslots` is written once at
+    // startup. An index out of range panics before any pointer is formed.
     unsafe {
         let nslots = (*p).nslots as usize;
         assert!(i < nslots, "slot {i} out of range");
         let (.., runs_at, _) = offsets(nslots, (*p).history_cap as usize);
-        &*(p.cast::<u8>().add(runs_at) as *const AtomicI64).add(i)
+        &*(p.cast::<u8>().add(runs_at) as *const Activity).add(i)
     }
+}
+
+/// When the holder in slot `i` began what it runs now (see [`Activity`]).
+pub fn run_start(i: usize) -> &'static AtomicI64 {
+    &activity(i).run_start
 }
 
 /// The latest configuration load whose settings were applied (see

@@ -221,7 +221,7 @@ fn sample_and_steer(
                 continue;
             }
             // One reading of the wait event serves every decision below.
-            let wait = procs::wait_class(i);
+            let wait = procs::holder_wait(i);
             if h.queued > 0 {
                 scan.holder(wait, s.pid, s.class as usize, !s.stalled || stalled_count);
             }

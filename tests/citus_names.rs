@@ -1,7 +1,10 @@
 //! The `citus_internal` application name proves nothing: Citus
 //! tags its connections between nodes with `application_name =
 //! 'citus_internal gpid=N'`, but any client can set that name. A client
-//! that does is gated like any other. No Citus is needed for this.
+//! that does is gated like any other, and so is one that also calls a
+//! function named like Citus's `assign_distributed_transaction_id` that is
+//! not the `citus` extension's. No Citus is needed for this; the Citus
+//! cluster test (scripts/citus.sh) covers Citus's own connections.
 //!
 //! One place, no lending (`max_active = 1`, `max_tickets = 1`) and the
 //! progress guarantee pushed out of the way (`progress_timeout = 1h`), so
@@ -46,5 +49,30 @@ fn a_client_named_citus_internal_is_gated_like_any_client() {
     first.join_ok(Duration::from_secs(5));
     second.join_ok(Duration::from_secs(5));
     assert_eq!(c.status().int("waited_total"), 2);
+    c.assert_quiet();
+}
+
+#[test]
+fn a_lookalike_of_citus_transaction_id_assignment_is_gated() {
+    let c = Cluster::start(CONF);
+    c.admin_exec(
+        "CREATE FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)
+           RETURNS void LANGUAGE sql AS 'SELECT NULL::void'",
+    );
+    let mut h = c.app("holder");
+    h.ok("BEGIN");
+    h.ok("SELECT 1");
+
+    // Citus's own opening of a distributed transaction on a worker, word for word.
+    let spoof = c.app("citus_internal gpid=10000000003").spawn(
+        "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;
+         SELECT assign_distributed_transaction_id(1, 7, '2026-11-25 00:00:00+00');
+         SELECT 1; COMMIT",
+    );
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000003"), 1);
+    assert_stays_queued(&c, &spoof, Duration::from_millis(300));
+    h.ok("COMMIT");
+    spoof.join_ok(Duration::from_secs(5));
+    assert_eq!(c.status().int("overflow_total"), 0);
     c.assert_quiet();
 }

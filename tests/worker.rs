@@ -13,7 +13,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_stays_queued, wait_until, Cluster, Session};
+use common::{assert_stays_queued, wait_until, Cluster, Session, Wire, WireReply};
 
 const PROMPT: Duration = Duration::from_secs(2);
 
@@ -67,6 +67,62 @@ fn an_idle_holder_lends_its_place() {
     let t0 = Instant::now();
     wait_until("tickets decay back to max_active", Duration::from_secs(10), || c.status().tickets() == 1);
     assert!(t0.elapsed() >= Duration::from_millis(500), "cut after {:?}: the recent demand was ignored", t0.elapsed());
+    c.assert_quiet();
+}
+
+/// A holder whose statement is active holds its place whatever its wait
+/// event: Citus waits for its workers' results in `ClientRead`, and so does
+/// a backend between a pipelined Execute and the client's Sync (the
+/// statement stays active). Only a wait on its client outside a statement
+/// (idle in transaction), or COPY FROM STDIN waiting for data, lends.
+#[test]
+fn a_holder_whose_statement_is_active_keeps_its_place_in_client_read() {
+    // A wait on another server is no work here: the progress guarantee
+    // would admit B after progress_timeout. Out of the way for this test.
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.progress_timeout", "1h")]);
+    let mut a = Wire::connect(&c, "app", "A");
+    a.send_execute_without_sync("SELECT 1");
+    wait_until("A waits for its next message, its statement active", Duration::from_secs(5), || {
+        c.activity_state("A").as_deref() == Some("active") && c.wait_event("A").1.as_deref() == Some("ClientRead")
+    });
+    assert_eq!(c.status().admitted(), 1);
+
+    let b = c.app("B").spawn("SELECT 1");
+    c.wait_queued("B");
+    // Several samples of the worker (every 100 ms): A is running.
+    assert_stays_queued(&c, &b, Duration::from_millis(1500));
+    assert_eq!(c.status().tickets(), 1, "nothing was lent");
+
+    assert!(matches!(a.sync(), WireReply::Value(Some(v)) if v == "1"));
+    b.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
+#[test]
+fn a_holder_waiting_for_copy_data_lends_its_place() {
+    let c = Cluster::start(LIMIT_ONE);
+    create_t(&c);
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let a = a.spawn_with(move |client| {
+        use std::io::Write;
+        let mut w = client.copy_in("COPY t FROM STDIN")?;
+        // Hold the COPY open, sending nothing, until told.
+        rx.recv().ok();
+        w.write_all(b"2\t2\n").expect("copy data");
+        w.finish()?;
+        client.batch_execute("COMMIT")
+    });
+    wait_until("A waits for COPY data", Duration::from_secs(5), || {
+        c.activity_state("A").as_deref() == Some("active") && c.wait_event("A").1.as_deref() == Some("ClientRead")
+    });
+
+    let d = c.app("B").spawn("SELECT 1").join_ok(PROMPT);
+    assert!(d.elapsed < Duration::from_secs(1), "B waited {:?}", d.elapsed);
+    tx.send(()).unwrap();
+    a.join_ok(PROMPT);
+    assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 2);
     c.assert_quiet();
 }
 

@@ -741,6 +741,39 @@ impl Wire {
         self.write(&buf);
     }
 
+    /// Send Parse, Bind and Execute of `sql` (unnamed, no parameters) and
+    /// flush them, without Sync: the statement runs, and then the server
+    /// waits for the next message with the statement still active, as a
+    /// client pipelining several statements leaves it. [`Wire::sync`] ends it.
+    pub fn send_execute_without_sync(&mut self, sql: &str) {
+        let mut parse = vec![];
+        Wire::cstr(&mut parse, "");
+        Wire::cstr(&mut parse, sql);
+        parse.extend_from_slice(&0i16.to_be_bytes());
+        let mut bind = vec![];
+        Wire::cstr(&mut bind, "");
+        Wire::cstr(&mut bind, "");
+        Wire::text_args(&mut bind, &[]);
+        bind.extend_from_slice(&0i16.to_be_bytes());
+        let mut execute = vec![];
+        Wire::cstr(&mut execute, "");
+        execute.extend_from_slice(&0i32.to_be_bytes());
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'P', &parse);
+        Wire::message(&mut buf, b'B', &bind);
+        Wire::message(&mut buf, b'E', &execute);
+        Wire::message(&mut buf, b'H', &[]); // Flush
+        self.write(&buf);
+    }
+
+    /// Send Sync and read the answer to everything sent since the last one.
+    pub fn sync(&mut self) -> WireReply {
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'S', &[]);
+        self.write(&buf);
+        self.reply()
+    }
+
     /// Read the answer to what was sent.
     pub fn read_reply(&mut self) -> WireReply {
         self.reply()
