@@ -22,7 +22,7 @@ for r in rows:
     if r["workload"] not in workloads:
         workloads.append(r["workload"])
 order = ["nogate", "defaults", "small", "coordonly", "workersonly"]
-configs.sort(key=lambda c: (order.index(c.split("-pt")[0]) if c.split("-pt")[0] in order else 9, c))
+configs.sort(key=lambda c: (order.index(c.split("-")[0]) if c.split("-")[0] in order else 9, c))
 nodes = ("coord", "w1", "w2")
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pg_gatekeeper on a 3-node Citus cluster. Builds Citus once for
-# PostgreSQL 15 (scripts/citus_build.sh, from ../shared/vendor), starts a
+# PostgreSQL 15 or --pg NN (scripts/citus_build.sh, from ../shared/vendor), starts a
 # coordinator and 2 workers on this machine (loopback only, data under
 # /tmp/citus-*), each with shared_preload_libraries = 'citus, pg_gatekeeper',
 # distributes pgbench's tables, and runs each workload through the
@@ -23,21 +23,21 @@
 # Exit status 1 if any run hung or failed to run, or the trust check failed.
 #
 #   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
-#   bash scripts/citus.sh --smoke            # CI: 5 s per run, scale 2, gated configurations only
+#   bash scripts/citus.sh --smoke            # tests: 5 s per run, scale 2, every configuration
 #   options: --duration S --scale N --rounds N --configs "nogate defaults small"
 #            --workloads "tpcb-32 ..." --hang-after S --port-base P --out DIR --keep
+#            --pg NN (15 by default; Citus 13.2.2 also builds for 16 from the wheels)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 orig_args="$*"
 PG_MAJOR=15
-source scripts/pg_env.sh
 
 duration=20 scale=10 rounds=1 hang_after=60 port_base=55401 keep=0 smoke=0 out=
 configs="nogate defaults small"
 workloads="tpcb-32 tpcb-128 tpcb-256 explicit-32 explicit-128 mixed index"
 while [ $# -gt 0 ]; do
   case $1 in
-    --smoke) smoke=1 duration=5 scale=2 hang_after=30 configs="defaults small" ;;
+    --smoke) smoke=1 duration=5 scale=2 hang_after=30 configs="nogate defaults small" ;;
     --duration) duration=$2; shift ;;
     --scale) scale=$2; shift ;;
     --rounds) rounds=$2; shift ;;
@@ -46,13 +46,15 @@ while [ $# -gt 0 ]; do
     --hang-after) hang_after=$2; shift ;;
     --port-base) port_base=$2; shift ;;
     --out) out=$2; shift ;;
+    --pg) PG_MAJOR=$2; shift ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 [ "$(id -u)" = 0 ] || { echo "run as root (servers run as postgres)" >&2; exit 2; }
+source scripts/pg_env.sh
 unset RUST_BACKTRACE
 
 if [ -z "$out" ]; then
@@ -63,10 +65,16 @@ mkdir -p "$out/runs"
 out=$(cd "$out" && pwd)
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$out/run.log"; }
 
-bash scripts/citus_build.sh --pg 15 2>&1 | tee -a "$out/run.log"
+bash scripts/citus_build.sh --pg "$PG_MAJOR" 2>&1 | tee -a "$out/run.log"
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "Citus build failed" >&2; exit 1; }
 [ -f "$("$PG_CONFIG" --pkglibdir)/pg_gatekeeper.so" ] ||
-  { echo "pg_gatekeeper is not installed for PostgreSQL 15 (bash scripts/install.sh 15)" >&2; exit 1; }
+  { echo "pg_gatekeeper is not installed for PostgreSQL $PG_MAJOR (bash scripts/install.sh $PG_MAJOR)" >&2; exit 1; }
+# Measurements need the release build (a debug build checks the gate's
+# invariants at every change); the smoke run only checks for hangs.
+if [ $smoke = 0 ]; then
+  source bench/require_release.sh
+  require_release "$PG_BINDIR"
+fi
 
 PGBENCH=$PG_BINDIR/pgbench
 PSQL=$PG_BINDIR/psql
@@ -111,10 +119,17 @@ trap 'exit 130' INT TERM
 # max_active 4 with lending off (max_tickets 4), app exempt on the workers;
 # workersonly = the gate at its defaults on the workers, not loaded on the
 # coordinator;
-# any of them with -ptMS appended sets progress_timeout to MS ms.
+# any of them with -ptMS appended sets progress_timeout to MS ms, with -cmN
+# the coordinator's max_active to N (e.g. defaults-cm32).
 set_config() { # config
-  local base=${1%-pt*} pt=
-  [ "$base" = "$1" ] || pt=${1##*-pt}
+  local base=${1%%-*} pt= cm= opt
+  for opt in $(echo "${1#"$base"}" | tr '-' ' '); do
+    case $opt in
+      pt*) pt=${opt#pt} ;;
+      cm*) cm=${opt#cm} ;;
+      *) echo "unknown configuration option -$opt" >&2; return 1 ;;
+    esac
+  done
   for n in "${nodes[@]}"; do
     {
       case $base in
@@ -129,6 +144,7 @@ set_config() { # config
         *) echo "unknown configuration $1" >&2; return 1 ;;
       esac
       [ -z "$pt" ] || echo "pg_gatekeeper.progress_timeout = '${pt}ms'"
+      [ -z "$cm" ] || [ "$n" != coord ] || echo "pg_gatekeeper.max_active = $cm"
     } >"$root/$n/gate.conf"
     chown postgres: "$root/$n/gate.conf"
   done
@@ -429,10 +445,10 @@ summary() {
 
 - Command: \`bash scripts/citus.sh $orig_args\` ($rounds round(s), $duration s per run, pgbench scale $scale, hang = not finished $hang_after s after its end)
 - Machine: $(nproc) CPUs, $(free -g | awk '/^Mem/ {print $2}') GiB; coordinator and 2 workers on it, loopback TCP; the clients (pgbench -j 2) share the CPUs
-- PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL 15 (repository at $(git rev-parse --short HEAD 2>/dev/null))
+- PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL $PG_MAJOR (repository at $(git rev-parse --short HEAD 2>/dev/null))
 - Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
 - pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)
-- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
   python3 bench/citus_report.py "$out"

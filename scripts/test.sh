@@ -78,7 +78,7 @@ if [[ " ${majors[*]} " == *" 15 "* ]]; then
   PG_MAJOR=15 source scripts/pg_env.sh
   bash scripts/install.sh 15 >/dev/null 2>&1
   step "benchmark smoke (PostgreSQL 15)" bash bench/run.sh --smoke --no-build
-  # About 2 minutes (Citus's build, once, 1.5 more).
+  # About 3 minutes (Citus's build, once, 1.5 more).
   if [ $citus = 1 ] && ls ../shared/vendor/citus-*.tar.gz >/dev/null 2>&1; then
     step "Citus: 3 nodes, the gate on each, no hang (PostgreSQL 15)" bash scripts/citus.sh --smoke
   elif [ $citus = 1 ]; then

@@ -48,9 +48,8 @@ fn wait_event(procno: usize) -> u32 {
 }
 
 /// What the holder in slot `procno` waits on, as a wait event class (0 when
-/// it is not waiting), with
-/// one correction: a `ClientRead` wait while its statement is active is a
-/// wait on another server, not on its own client. Citus waits for its
+/// it is not waiting), with one correction: a `ClientRead` wait while its
+/// statement is active is a wait on another server, not on its own client. Citus waits for its
 /// workers' results that way (postgres_fdw and dblink wait in class
 /// Extension), so such a wait is reported as [`pg_sys::PG_WAIT_EXTENSION`],
 /// the class of waits on something outside this server. COPY FROM STDIN

@@ -3,9 +3,10 @@
 //! - Applies the limit: on start, on every reload (SIGHUP) and every few
 //!   seconds (a cgroup quota can change underneath us).
 //! - While sessions are queued (or holders are stalled), samples the
-//!   holders every `sample_interval`: a holder waiting on its client (wait
-//!   event class Client, i.e. idle in transaction) is not running; anything
-//!   else, lock waits included, is, unless it is stalled: its run has lasted
+//!   holders every `sample_interval`: a holder waiting on its client
+//!   outside a statement (idle in transaction, `procs::holder_wait`) is not
+//!   running; anything else, lock waits and waits on other servers
+//!   included, is, unless it is stalled: its run has lasted
 //!   `stall_timeout`. Stalled holders give their place to the queue. With
 //!   the CPUs' idle fraction (`limit::CpuMeter`), the controller then moves
 //!   the ticket count, and at the end of each throughput window an automatic
