@@ -8,7 +8,8 @@
 -- renamed out of the way, and their privileges are put on the new ones
 -- before they are dropped (without CASCADE: a view of yours over them
 -- makes this fail, and nothing of yours is dropped). gatekeeper.history
--- gains a column at its end and is kept (CREATE OR REPLACE VIEW).
+-- gains a column at its end and is kept (CREATE OR REPLACE VIEW); only its
+-- function, history(), is created anew like theirs.
 \echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.4.0'" to load this file. \quit
 
 ALTER VIEW gatekeeper.status RENAME TO status_0_1;
