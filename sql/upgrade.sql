@@ -1,9 +1,11 @@
--- The upgrade path: install the first release, update step by step to the
--- current one, and compare every object of the extension with a fresh
--- install (as pg_stat_statements' oldextversions test does). Views are not
--- read before the update: their functions are the current library's.
+-- The upgrade path: install each release, update it to the current one,
+-- and compare every object of the extension with a fresh install (as
+-- pg_stat_statements' oldextversions test does). old_versions reads each
+-- release's views before the update, upgrade_privileges checks that a
+-- DBA's privileges survive it.
 
--- Every member of the extension, with its definition, privileges and comment.
+-- Every member of the extension, with its definition, privileges, initial
+-- privileges (what pg_dump takes as the extension's own) and comment.
 CREATE FUNCTION regress.gatekeeper_objects() RETURNS TABLE (object text, definition text)
 LANGUAGE sql AS $$
   SELECT pg_describe_object(d.classid, d.objid, d.objsubid),
@@ -19,6 +21,8 @@ LANGUAGE sql AS $$
              (SELECT ' acl=' || coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE n.oid = d.objid)
            ELSE ''
          END
+         || coalesce(' init=' || (SELECT ip.initprivs::text FROM pg_init_privs ip
+                                   WHERE ip.classoid = d.classid AND ip.objoid = d.objid AND ip.objsubid = 0), '')
     FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
    WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'pg_gatekeeper'
 $$;
@@ -38,9 +42,17 @@ SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
 SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
 
--- From the previous release too.
+-- From the later releases too.
 DROP EXTENSION pg_gatekeeper;
 CREATE EXTENSION pg_gatekeeper VERSION '0.2.0';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
+SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
+
+DROP EXTENSION pg_gatekeeper;
+CREATE EXTENSION pg_gatekeeper VERSION '0.3.0';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 ALTER EXTENSION pg_gatekeeper UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';

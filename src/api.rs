@@ -4,6 +4,13 @@
 //! Every function copies what it needs under the shared lock and builds
 //! rows after releasing it. Every function raises 55000 with a hint if the
 //! library was not preloaded. None of them needs admission (see `monitor`).
+//!
+//! A function whose row changed in some version is named after the version
+//! that gave it its row (`status_0_2`: its C entry point, the symbol the
+//! install script names, is `status_0_2_wrapper`). The symbols that older
+//! install scripts name, and the rows those scripts declare, are served by
+//! `legacy_api`; a change to a row takes a new function and symbol here,
+//! never a changed row behind a symbol a released script names.
 
 use gatekeeper_core::adaptive::Reason;
 use gatekeeper_core::classes::MAX_CLASSES;
@@ -149,8 +156,10 @@ unsafe fn cstring(p: *const std::ffi::c_char) -> Option<String> {
     (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+/// `gatekeeper.status()` from 0.4.0 on; 0.2.0's row, which 0.2.0 and 0.3.0
+/// call as `status_wrapper`.
 #[pg_extern(name = "status", parallel_restricted)]
-fn status() -> TableIterator<
+pub fn status_0_2() -> TableIterator<
     'static,
     (
         name!(max_active, i32),
@@ -244,8 +253,10 @@ fn limit_state() -> TableIterator<
     TableIterator::once((st.bounds.floor as i32, st.bounds.ceiling as i32, st.reason().as_str(), ts(st.changed_at_us)))
 }
 
+/// `gatekeeper.sessions()` from 0.4.0 on; 0.2.0's row, which 0.2.0 and 0.3.0
+/// call as `sessions_wrapper`.
 #[pg_extern(name = "sessions", parallel_restricted)]
-fn sessions() -> TableIterator<
+pub fn sessions_0_2() -> TableIterator<
     'static,
     (
         name!(pid, i32),
@@ -384,8 +395,10 @@ fn wait_histogram(
     )
 }
 
+/// `gatekeeper.history()` from 0.4.0 on; 0.3.0's row, which 0.3.0 calls as
+/// `history_wrapper`.
 #[pg_extern(name = "history", parallel_restricted)]
-fn history() -> TableIterator<
+pub fn history_0_3() -> TableIterator<
     'static,
     (
         name!(sample_time, Option<TimestampWithTimeZone>),
@@ -451,6 +464,6 @@ GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogra
 REVOKE ALL ON FUNCTION gatekeeper.reset() FROM PUBLIC;
 "#,
     name = "views",
-    requires = [status, limit_state, sessions, wait_histogram, history, classes, reset],
+    requires = [status_0_2, limit_state, sessions_0_2, wait_histogram, history_0_3, classes, reset],
     finalize
 );

@@ -24,6 +24,18 @@ pub fn not_preloaded() -> ! {
     unreachable!("ERROR returned")
 }
 
+/// 42804: a function that calls `symbol`, one of `legacy_api`'s entry points,
+/// is declared with a row that no version of `gatekeeper.<function>()` had,
+/// so the entry point cannot fill it.
+pub fn row_mismatch(symbol: &str, function: &str, columns: i32, known: &str) -> ! {
+    raise(
+        PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+        format!("pg_gatekeeper: entry point {symbol} cannot return a row of {columns} columns"),
+        format!("It returns the row of gatekeeper.{function}() that an install script declared: {known}."),
+        "Install the extension's SQL scripts from the same build as the library, then run ALTER EXTENSION pg_gatekeeper UPDATE.",
+    )
+}
+
 /// " in class \"x\"", or nothing for the class default.
 fn in_class(class: &ClassName) -> String {
     if class.is_empty() || class.as_str() == DEFAULT_CLASS {

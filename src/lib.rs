@@ -11,7 +11,8 @@
 //!   [`procs`]: reading other backends' PGPROC entries.
 //! - [`citus`]: Citus's own connections between nodes.
 //! - [`compat`]: what differs between PostgreSQL 15, 16, 17 and 18.
-//! - [`api`]: views and functions; [`errors`]: every error we raise.
+//! - [`api`]: views and functions; [`legacy_api`]: the entry points that
+//!   older versions' install scripts name; [`errors`]: every error we raise.
 
 // pgrx turns a PostgreSQL error into a Rust panic and back at each guarded
 // boundary; with panic = "abort" every ERROR would take the server down.
@@ -28,6 +29,7 @@ mod errors;
 mod gate;
 mod gucs;
 mod hooks;
+mod legacy_api;
 mod limit;
 mod liveness;
 mod monitor;
