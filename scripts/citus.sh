@@ -88,6 +88,7 @@ for n in "${nodes[@]}"; do
 done
 
 root=$(mktemp -d /tmp/citus-XXXXXX)
+repo=$(pwd)
 chmod 755 "$root"
 chown postgres: "$root"
 bg_pids=()
@@ -439,6 +440,13 @@ trust_check() {
 }
 
 # -- summary ---------------------------------------------------------------------
+# The results name no machine path: the cluster's temporary directory
+# becomes <cluster>, and paths inside the repository become relative.
+scrub() {
+  grep -rlF -e "$root" -e "$repo/" "$out" 2>/dev/null | while read -r f; do
+    sed -i -e "s#$root#<cluster>#g" -e "s#$repo/##g" "$f"
+  done
+}
 summary() {
   cat >"$out/meta.md" <<EOF
 # pg_gatekeeper on Citus: 3 nodes on one machine
@@ -452,6 +460,7 @@ summary() {
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
   python3 bench/citus_report.py "$out"
+  scrub
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -470,7 +479,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; fi
   done
   summary
-  log "round $round done: $out/summary.md"
+  log "round $round done: ${out#"$repo/"}/summary.md"
 done
-log "results: $out/results.csv, $out/summary.md; hangs: $hangs"
+log "results: ${out#"$repo/"}/results.csv, ${out#"$repo/"}/summary.md; hangs: $hangs"
 [ $hangs = 0 ] && [ $trust_failed = 0 ]
