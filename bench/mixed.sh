@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Mixed workload: OLTP (pgbench TPC-B) beside long reports, side by side.
 #
-#   bench/mixed.sh [--clients 64] [--reports 8] [--duration 40] [--rounds 3] [--async] [--out DIR]
+#   bench/mixed.sh [--clients 64] [--reports 8] [--duration 40] [--rounds 3] [--async]
+#                  [--forms single,block] [--out DIR]
 #
 # Commits are durable by default (PostgreSQL's fsync = on, synchronous_commit
 # = on); --async runs with fsync = off and synchronous_commit = off, as the
 # results before November 2026 did, and says so in the summary.
 #
-# Configurations, interleaved in each round on one throw-away cluster:
+# Report forms (--forms, both by default): `single`, the report as one
+# statement; `block`, the report inside BEGIN ... COMMIT (a gate that admits
+# at BEGIN sees nothing of what the block will run). Each configuration runs
+# in each form.
+#
+# Configurations, interleaved in each round on one throw-away cluster. No
+# class is configured anywhere but in gate-class (the reports' role is put
+# in class `reports` for that run only, by ALTER ROLE):
 #   bare        PostgreSQL without the library
 #   pgbouncer   PgBouncer 1.18, transaction pool of 8, in front of bare PostgreSQL
 #   gate        pg_gatekeeper with its defaults (stall relief on)
@@ -18,6 +26,7 @@
 #               guarantee effectively off, to measure what it costs)
 #   gate-fixed  pg_gatekeeper with the automatic limit fixed at its floor (active_per_cpu_max = 0):
 #               the gate before the adaptive limit
+#   bare-alone, gate-alone  the reports alone (no OLTP clients), without and with the gate
 # MIXED_CONFIGS="..." picks and orders the configurations.
 # Figures per run: OLTP tps and p99 latency (ms) from pgbench's per-transaction
 # log, and the number of reports completed. Writes DIR/results.csv and
@@ -29,7 +38,7 @@ set -euo pipefail
 
 source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
-clients=64 reports=8 duration=40 rounds=3 scale=10 durability=durable
+clients=64 reports=8 duration=40 rounds=3 scale=10 durability=durable forms=single,block
 out=bench/results/mixed-$(date +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
   case $1 in
@@ -38,12 +47,13 @@ while [ $# -gt 0 ]; do
     --duration) duration=$2; shift ;;
     --rounds) rounds=$2; shift ;;
     --async) durability=async ;;
+    --forms) forms=$2; shift ;;
     --out) out=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
-configs=${MIXED_CONFIGS:-bare pgbouncer gate gate-nostall gate-class}
+configs=${MIXED_CONFIGS:-bare pgbouncer gate gate-nostall gate-class bare-alone gate-alone}
 
 command -v pgbouncer >/dev/null || { apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; }
 mkdir -p "$out"
@@ -84,8 +94,7 @@ start "" ""
 as_pg "$PG_BIN/createdb" -h "$work" -p "$port" -U postgres bench
 as_pg "$PG_BIN/pgbench" -q -i -s "$scale" -h "$work" -p "$port" -U postgres bench >/dev/null 2>&1
 psql_su -c "CREATE ROLE oltp LOGIN; CREATE ROLE report LOGIN;
-  GRANT ALL ON ALL TABLES IN SCHEMA public TO oltp, report;
-  ALTER ROLE report SET pg_gatekeeper.class = 'reports';" 2>/dev/null || true
+  GRANT ALL ON ALL TABLES IN SCHEMA public TO oltp, report;" 2>/dev/null || true
 stop
 
 cat > "$work/pgbouncer.ini" <<INI
@@ -109,67 +118,92 @@ chown postgres: "$work"/pgbouncer.ini "$work"/users.txt
 # The report: a self-join of pgbench_accounts (a few seconds at scale 10).
 REPORT="SELECT count(*) FROM pgbench_accounts a JOIN pgbench_accounts b ON a.aid = b.aid WHERE a.abalance <= b.abalance"
 
-one_run() { # config round
-  local cfg=$1 rnd=$2 cport=$port
+one_run() { # config form round
+  local cfg=$1 form=$2 rnd=$3 cport=$port oltp=yes
   case $cfg in
-    bare) start "" "" ;;
+    *-alone) oltp=no ;;
+  esac
+  case $cfg in
+    bare|bare-alone) start "" "" ;;
     pgbouncer) start "" ""; as_pg pgbouncer -d "$work/pgbouncer.ini"; cport=$bport ;;
-    gate) start pg_gatekeeper "" ;;
+    gate|gate-alone) start pg_gatekeeper "" ;;
     gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
     gate-stall-*) start pg_gatekeeper "pg_gatekeeper.stall_timeout = '${cfg#gate-stall-}'" ;;
     gate-progress-*) start pg_gatekeeper "pg_gatekeeper.progress_timeout = '${cfg#gate-progress-}'" ;;
-    gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'" ;;
+    gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'"
+      psql_su -c "ALTER ROLE report SET pg_gatekeeper.class = 'reports'" ;;
     gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;
   esac
   sleep 1
-  local tag="$cfg-$rnd" done_file="$work/reports-$cfg-$rnd"
+  local tag="$cfg-$form-$rnd" done_file="$work/reports-$cfg-$form-$rnd" sql="$REPORT"
+  [ "$form" = block ] && sql="BEGIN; $REPORT; COMMIT"
   : > "$done_file"
   local end=$((SECONDS + duration)) pids=()
   for r in $(seq "$reports"); do
     ( while [ $SECONDS -lt $end ]; do
-        as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$cport" -U report -d bench -c "$REPORT" >/dev/null 2>&1 && echo x >> "$done_file"
+        as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$cport" -U report -d bench -c "$sql" \
+          >/dev/null 2>>"$work/reports-$tag.err" && echo x >> "$done_file"
       done ) &
     pids+=($!)
   done
-  (cd "$work" && as_pg "$PG_BIN/pgbench" -n -c "$clients" -j 2 -T "$duration" -h "$work" -p "$cport" -U oltp \
-      -l --log-prefix="$work/tx-$tag" bench > "$work/pgbench-$tag.out" 2>&1) || true
+  if [ $oltp = yes ]; then
+    (cd "$work" && as_pg "$PG_BIN/pgbench" -n -c "$clients" -j 2 -T "$duration" -h "$work" -p "$cport" -U oltp \
+        -l --log-prefix="$work/tx-$tag" bench > "$work/pgbench-$tag.out" 2>&1) || true
+  else
+    : > "$work/pgbench-$tag.out"
+  fi
   wait "${pids[@]}" 2>/dev/null || true
   local tps p99 n
-  tps=$(grep -oP 'tps = \K[0-9.]+' "$work/pgbench-$tag.out" | head -1)
-  p99=$(cat "$work"/tx-"$tag".* 2>/dev/null | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int(NR*0.99)]/1000; else print "nan"}')
+  tps=$(grep -oP 'tps = \K[0-9.]+' "$work/pgbench-$tag.out" | head -1 || true)
+  p99=$(cat "$work"/tx-"$tag".* 2>/dev/null | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int(NR*0.99)]/1000; else print "nan"}' || true)
   n=$(wc -l < "$done_file")
+  [ -s "$work/reports-$tag.err" ] && echo "  report errors: $(sort -u "$work/reports-$tag.err" | head -3 | tr '\n' ' ')"
   rm -f "$work"/tx-"$tag".*
-  echo "$cfg,$rnd,${tps:-0},$p99,$n" >> "$out/results.csv"
-  printf '%-13s round %s: %8s OLTP tps, p99 %8s ms, %3s reports\n' "$cfg" "$rnd" "${tps:-0}" "$p99" "$n"
+  echo "$cfg,$form,$rnd,${tps:-0},$p99,$n" >> "$out/results.csv"
+  printf '%-13s %-6s round %s: %8s OLTP tps, p99 %8s ms, %3s reports\n' "$cfg" "$form" "$rnd" "${tps:-0}" "$p99" "$n"
   [ "$cfg" = pgbouncer ] && kill "$(cat "$work/pgbouncer.pid")" && sleep 0.5
+  [ "$cfg" = gate-class ] && psql_su -c "ALTER ROLE report RESET pg_gatekeeper.class"
   stop
 }
 
-echo "config,round,oltp_tps,oltp_p99_ms,reports" > "$out/results.csv"
-echo "mixed: $clients TPC-B clients + $reports report loops, ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs, $durability commits"
+echo "config,form,round,oltp_tps,oltp_p99_ms,reports" > "$out/results.csv"
+echo "mixed: $clients TPC-B clients + $reports report loops ($forms), ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs, $durability commits"
 for rnd in $(seq "$rounds"); do
-  for cfg in $configs; do one_run "$cfg" "$rnd"; done
+  for form in ${forms//,/ }; do
+    for cfg in $configs; do one_run "$cfg" "$form" "$rnd"; done
+  done
 done
 
-python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$configs" <<'PY'
+python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$configs" "$forms" <<'PY'
 import csv, statistics, sys, os
-out, clients, reports, duration, rounds, durability, configs = sys.argv[1:]
+out, clients, reports, duration, rounds, durability, configs, forms = sys.argv[1:]
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
 cfgs = list(dict.fromkeys(r["config"] for r in rows))
-def col(c, k): return [float(r[k]) for r in rows if r["config"] == c]
-bare = statistics.median(col("bare", "oltp_tps")) if "bare" in cfgs else None
+def col(c, f, k): return [float(r[k]) for r in rows if r["config"] == c and r["form"] == f]
+def med(v): return statistics.median(v) if v else None
 commits = ("durable commits (fsync = on, synchronous_commit = on)" if durability == "durable"
            else "ASYNCHRONOUS commits (fsync = off, synchronous_commit = off)")
 flag = " --async" if durability == "async" else ""
 lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops, {duration} s per run, {commits}, "
-         f"{os.cpu_count()} CPUs, medians of {rounds} round(s) (min-max). "
-         f"Command: `MIXED_CONFIGS='{configs}' bench/mixed.sh --rounds {rounds} --duration {duration}{flag}`.", "",
-         "| configuration | OLTP tps | vs bare | OLTP p99 ms | reports done |", "|---|---|---|---|---|"]
-for c in cfgs:
-    t, p, n = col(c, "oltp_tps"), col(c, "oltp_p99_ms"), col(c, "reports")
-    m = statistics.median(t)
-    lines.append(f"| {c} | {m:.0f} ({min(t):.0f}-{max(t):.0f}) | {m / bare:.2f}x | {statistics.median(p):.1f} | "
-                 f"{statistics.median(n):.0f} ({min(n):.0f}-{max(n):.0f}) |" if bare else f"| {c} | {m:.0f} | | | |")
+         f"{os.cpu_count()} CPUs, medians of {rounds} round(s) (min-max). Reports as a single statement (`single`) "
+         f"or inside BEGIN ... COMMIT (`block`); `-alone`: the reports without OLTP clients. "
+         f"Command: `MIXED_CONFIGS='{configs}' bench/mixed.sh --clients {clients} --reports {reports} --rounds {rounds} --duration {duration} --forms {forms}{flag}`.", "",
+         "| configuration | reports | OLTP tps | vs bare | OLTP p99 ms | reports done | vs bare |", "|---|---|---|---|---|---|---|"]
+for f in forms.split(","):
+    for c in cfgs:
+        t, p, n = col(c, f, "oltp_tps"), col(c, f, "oltp_p99_ms"), col(c, f, "reports")
+        if not n:
+            continue
+        base = "bare-alone" if c.endswith("-alone") else "bare"
+        bt, bn = med(col(base, f, "oltp_tps")), med(col(base, f, "reports"))
+        if c.endswith("-alone"):
+            oltp = "| | | "
+        else:
+            m = med(t)
+            ratio = f"{m / bt:.2f}x" if bt else ""
+            oltp = f"| {m:.0f} ({min(t):.0f}-{max(t):.0f}) | {ratio} | {med(p):.1f} "
+        nr = f"{med(n) / bn:.2f}x" if bn else ""
+        lines.append(f"| {c} | {f} {oltp}| {med(n):.0f} ({min(n):.0f}-{max(n):.0f}) | {nr} |")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -12,15 +12,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 out = sys.argv[1]
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
-cfgs = list(dict.fromkeys(r["config"] for r in rows))
+# One bar per configuration and report form (results before the forms
+# existed have no form column: single statements).
+keys = list(dict.fromkeys((r["config"], r.get("form", "single")) for r in rows))
 
 
-def col(c, k):
-    return [float(r[k]) for r in rows if r["config"] == c]
+def col(key, k):
+    return [float(r[k]) for r in rows if (r["config"], r.get("form", "single")) == key]
 
 
-tps = [col(c, "oltp_tps") for c in cfgs]
-rep = [col(c, "reports") for c in cfgs]
+tps = [col(key, "oltp_tps") for key in keys]
+rep = [col(key, "reports") for key in keys]
+cfgs = [c if len({f for _, f in keys}) == 1 else f"{c} ({f})" for c, f in keys]
 med = [statistics.median(t) for t in tps]
 err = [[m - min(t) for m, t in zip(med, tps)], [max(t) - m for m, t in zip(med, tps)]]
 fig, ax = plt.subplots(figsize=(9, 4.2))
@@ -33,7 +36,7 @@ ax2.plot(list(x), [statistics.median(r) for r in rep], "ko", label="reports comp
 ax2.set_ylabel("reports completed")
 ax2.set_ylim(0, max(max(r) for r in rep) * 1.3)
 ax2.legend(loc="upper right")
-ax.set_title("64 TPC-B clients beside 8 long reports, 2 CPUs")
+ax.set_title("TPC-B clients beside long reports, 2 CPUs")
 fig.tight_layout()
 fig.savefig(os.path.join(out, "mixed.png"), dpi=110)
 print(os.path.join(out, "mixed.png"))
