@@ -76,3 +76,34 @@ fn a_lookalike_of_citus_transaction_id_assignment_is_gated() {
     assert_eq!(c.status().int("overflow_total"), 0);
     c.assert_quiet();
 }
+
+/// Citus's own superuser connections between nodes (its maintenance daemon
+/// and deadlock detector, named `citus_internal gpid=N` and the like) are
+/// never gated, even with `exempt_superusers = off`: queued behind a full
+/// gate, they would stop Citus's distributed deadlock detection. Any other
+/// superuser session is gated then, and an ordinary role with that name is
+/// gated as ever.
+#[test]
+fn citus_superuser_connections_pass_even_with_exempt_superusers_off() {
+    let mut conf = CONF.to_vec();
+    conf.push(("pg_gatekeeper.exempt_superusers", "off"));
+    let c = Cluster::start(&conf);
+    let mut h = c.app("holder");
+    h.ok("BEGIN");
+    h.ok("SELECT 1");
+
+    let d = c.superuser("citus_internal gpid=10000000004").spawn("SELECT 1").join_ok(Duration::from_secs(5));
+    assert!(d.elapsed < Duration::from_secs(2), "waited {:?}", d.elapsed);
+    let d = c.superuser("citus_rebalancer gpid=10000000005").spawn("SELECT 1").join_ok(Duration::from_secs(5));
+    assert!(d.elapsed < Duration::from_secs(2), "waited {:?}", d.elapsed);
+
+    let other = c.superuser("migration").spawn("SELECT 1");
+    assert_eq!(c.wait_queued("migration"), 1);
+    assert_stays_queued(&c, &other, Duration::from_millis(300));
+    h.ok("COMMIT");
+    other.join_ok(Duration::from_secs(5));
+    let s = c.status();
+    assert_eq!((s.queued(), s.int("overflow_total")), (0, 0), "{:?}", s.0);
+    // Not assert_quiet: with exempt_superusers off, the observer's own
+    // queries outside the views take admissions too.
+}
