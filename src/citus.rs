@@ -53,6 +53,11 @@ thread_local! {
     /// The OID of Citus's `assign_distributed_transaction_id` last verified
     /// in this session (a member of the `citus` extension).
     static ASSIGN_OID: Cell<Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    /// The database was found to have the `citus` extension. Only a yes is
+    /// kept: Citus's connections live long and open a block per
+    /// distributed transaction. Kept after a DROP EXTENSION, it only defers
+    /// their BEGIN's admission to the next statement.
+    static CITUS_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The global PID in an application name of the form `<prefix><digits>`,
@@ -78,8 +83,13 @@ fn application_name() -> &'static [u8] {
 
 /// Whether the database has the `citus` extension. Needs a transaction.
 fn citus_here() -> bool {
+    if CITUS_HERE.with(|c| c.get()) {
+        return true;
+    }
     // SAFETY: an index lookup in pg_extension, inside a transaction.
-    unsafe { pg_sys::get_extension_oid(EXTENSION.as_ptr(), true) != pg_sys::InvalidOid }
+    let here = unsafe { pg_sys::get_extension_oid(EXTENSION.as_ptr(), true) != pg_sys::InvalidOid };
+    CITUS_HERE.with(|c| c.set(here));
+    here
 }
 
 /// Whether this session is named like Citus's executor connections.
