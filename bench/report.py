@@ -159,10 +159,11 @@ def machine_block(meta, rows):
             lines.append("- **sysbench:** %s, its bundled `oltp_*` scripts with `--db-driver=pgsql`, %s tables of %s "
                          "rows (`prepare` once per cluster, as `bench`), `--threads` = clients, over TCP to "
                          "127.0.0.1. `--db-ps-mode=%s` for bare and the gate (server-side prepared statements), "
-                         "`%s` through PgBouncer (the CSV's `ps_mode`). tps and the average from sysbench's "
-                         "report after `--report-checkpoints` at the warm-up (its clock starts once every "
-                         "thread has connected; the report counts the transactions still running at the end "
-                         "too); p95 and p99 from its latency histogram (`--histogram`) over the same window" % (
+                         "`%s` through PgBouncer (the CSV's `ps_mode`). sysbench's clock starts once every thread "
+                         "has connected. tps from its per-second reports (`--report-interval=1`) after the "
+                         "warm-up up to the end of `--time`; the average, p95 and p99 from its final report and "
+                         "latency histogram (`--histogram`) after `--report-checkpoints` at the warm-up, which "
+                         "also count the transactions still running at the end" % (
                              meta["sysbench"], meta.get("sysbench_tables"), meta.get("sysbench_table_size"),
                              ps.get("bare", "auto"), ps.get("pgbouncer", "disable")))
         lines.append("- **CPUs:** " + placement(meta))

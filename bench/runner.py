@@ -274,7 +274,7 @@ class Runner:
 
         out = open(prefix + ".out").read()
         if sb:
-            res = self.sysbench_figures(row, out, sb_warm)
+            res = self.sysbench_figures(row, out, sb_warm, duration)
             return self.judge(row, res, out, cmd, rc, cfg, t0, t1, sb=True)
         res = parse_pgbench(out)
         row.update({k: v for k, v in res.items()})
@@ -312,9 +312,9 @@ class Runner:
             errs.append("no backend CPU sample (%s, %d statements in window)" % (self.sample_note, in_window))
         return errs, out, cmd
 
-    def sysbench_figures(self, row, out, warm):
+    def sysbench_figures(self, row, out, warm, duration):
         """Fill the row from sysbench's report (see sysbench.py); returns the parsed figures."""
-        res = parse_sysbench(out)
+        res = parse_sysbench(out, warm, duration)
         for k in ("tps", "avg_latency_ms", "max_latency_ms", "xacts", "window_xacts", "window_s",
                   "tps_whole_run", "avg_latency_whole_run_ms", "ignored_errors", "reconnects"):
             if k in res:

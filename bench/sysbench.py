@@ -8,14 +8,19 @@ sysbench prepares every statement on the server (PQprepare, then
 PQexecPrepared: protocol-level named statements, as pgbench -M prepared);
 with disable it sends the text of each one.
 
-Figures come from sysbench's own report. --report-checkpoints=W dumps the
-statistics at W seconds and resets every counter, the latency histogram
-included, so the final report covers the rest of the run: tps, the average,
-and the histogram (--histogram) from which p95 and p99 are read. sysbench
-starts its clock once every thread has connected and prepared its
-statements, so connecting is never measured. Its final report also counts
-the transactions that were running when the time ran out (the drain, about
-one transaction's latency), for every configuration alike."""
+Figures come from sysbench's own reports. sysbench starts its clock once
+every thread has connected and prepared its statements, so connecting is
+never measured.
+- tps: from its report every second (--report-interval=1), over the seconds
+  after the warm-up W up to the run's end T. Its final report would also
+  count the drain: the transactions still running at T finish afterwards, at
+  a falling rate, for as long as the slowest of them still needs (seconds at
+  1000 clients), which would charge a long tail twice.
+- latency: --report-checkpoints=W dumps the statistics at W and resets every
+  counter, the latency histogram included, so the final report's average and
+  its histogram (--histogram), from which p50, p95 and p99 are read, cover
+  every transaction that ended after W, those still running at T included:
+  they are the slow ones, and leaving them out would hide the tail."""
 
 import math
 import re
@@ -49,11 +54,11 @@ def prepare_cmd(host, port, user, db, tables, table_size, threads):
 
 def run_cmd(workload, host, port, user, db, tables, table_size, threads, duration, warmup, ps_mode):
     """sysbench run: `duration` seconds of `threads` clients, statistics reset
-    after `warmup` seconds (none when 0), a report every 5 s for tps_by_5s."""
+    after `warmup` seconds (none when 0), a report every second for tps."""
     script = SYSBENCH_WORKLOADS[workload][1]
     cmd = ["sysbench", script] + common_args(host, port, user, db, tables, table_size) + [
         "--threads=%d" % threads, "--time=%d" % duration, "--db-ps-mode=%s" % ps_mode,
-        "--percentile=95", "--histogram=on", "--report-interval=5",
+        "--percentile=95", "--histogram=on", "--report-interval=1",
         # Give up on a run that hangs this long past --time, with a report.
         "--forced-shutdown=120"]
     if warmup > 0:
@@ -82,9 +87,29 @@ def hist_percentile(hist, q):
     return hist[-1][0]
 
 
-def parse_sysbench(out):
-    """Figures of one sysbench run. With a checkpoint, the last report is the
-    measured window and the earlier one the warm-up."""
+def per_second(out):
+    """[(seconds since the start, tps)] from sysbench's intermediate reports
+    ("[ 5s ] thds: 64 tps: 812.31 qps: ..."), in order."""
+    return [(int(t), float(v)) for t, v in re.findall(r"^\[ *(\d+)s \] thds: \d+ tps: ([\d.]+)", out, re.M)]
+
+
+def window_tps(series, start, end):
+    """(tps, seconds, transactions) over the reports that end in (start, end].
+    A report covers the time since the one before: more than a second when
+    the reporting thread was late."""
+    prev, secs, xacts = 0, 0, 0.0
+    for t, v in series:
+        if start < t <= end and t > prev:
+            secs += t - prev
+            xacts += v * (t - prev)
+        prev = t
+    return (xacts / secs if secs else None), secs, xacts
+
+
+def parse_sysbench(out, warmup=0, duration=None):
+    """Figures of one sysbench run of `duration` seconds measured after
+    `warmup`. With a checkpoint, the last report covers the measured window
+    and the earlier one the warm-up."""
     res = {}
     xacts = _all(r"^\s*transactions:\s+(\d+)\s+\(([\d.]+) per sec\.\)", out, lambda m: m)
     if not xacts:
@@ -97,8 +122,12 @@ def parse_sysbench(out):
     p95 = _all(r"^\s*95th percentile:\s+([\d.]+)", out)
     mx = _all(r"^\s*max:\s+([\d.]+)", out)
     events = [int(n) for n, _ in xacts]
-    res["tps"] = float(xacts[-1][1])
-    res["window_xacts"] = events[-1]
+    series = per_second(out)
+    tps, secs, in_window = window_tps(series, warmup, duration if duration else float("inf"))
+    res["tps_final_report"] = float(xacts[-1][1])
+    res["tps"] = round(tps, 3) if tps else res["tps_final_report"]
+    res["window_s"] = secs
+    res["window_xacts"] = round(in_window)
     res["xacts"] = sum(events)
     if avg:
         res["avg_latency_ms"] = avg[-1]
@@ -110,17 +139,14 @@ def parse_sysbench(out):
     res["reconnects"] = sum(reconnects)
     if total_time:
         res["total_time_s"] = total_time[-1]
-        if len(events) > 1:
-            res["window_s"] = round(events[-1] / res["tps"], 2) if res["tps"] else ""
-            res["tps_whole_run"] = round(sum(events) / total_time[-1], 3)
-            if len(lat_sum) == len(events):
-                res["avg_latency_whole_run_ms"] = round(sum(lat_sum) / sum(events), 3)
-        else:
-            res["window_s"] = total_time[-1]
+        res["tps_whole_run"] = round(sum(events) / total_time[-1], 3)
+        if len(lat_sum) == len(events):
+            res["avg_latency_whole_run_ms"] = round(sum(lat_sum) / sum(events), 3)
     # The histogram printed at the end covers the measured window only.
     hist = [(float(v), int(c)) for v, c in HIST_RE.findall(out.split("Latency histogram", 1)[-1])
             ] if "Latency histogram" in out else []
     res["hist"] = hist
-    # tps of each 5 s report ("[ 5s ] thds: 64 tps: 812.31 qps: ...").
-    res["tps_by_5s"] = [round(float(t)) for t in re.findall(r"^\[ *\d+s \] thds: \d+ tps: ([\d.]+)", out, re.M)]
+    # The whole run in 5-second bins, warm-up included.
+    res["tps_by_5s"] = [round(window_tps(series, b, b + 5)[0] or 0) for b in range(0, int(series[-1][0]) - 4, 5)
+                        ] if series else []
     return res
