@@ -95,13 +95,25 @@ def window_range(rows):
     return ": %.1f–%.1f s in this run" % (min(w), max(w))
 
 
+def client_tools(meta):
+    """'pgbench', 'sysbench' or both, from the run's workloads."""
+    ws = meta.get("workloads") or []
+    tools = []
+    if not ws or any(not w.startswith("sysbench") for w in ws):
+        tools.append("pgbench")
+    if any(w.startswith("sysbench") for w in ws):
+        tools.append("sysbench")
+    return ", ".join(tools)
+
+
 def placement(meta):
-    """Where the server, PgBouncer and pgbench ran (bench.py --pin)."""
+    """Where the server, PgBouncer and the client ran (bench.py --pin)."""
     if meta.get("pin_mode") == "pinned":
         return ("pinned (`--pin`): the server (postmaster, backends, the gate's worker) and PgBouncer on "
-                "CPU(s) %s, pgbench on CPU(s) %s, with `taskset`; the gate counts the server's CPUs" % (
-                    meta.get("server_cpus"), meta.get("client_cpus")))
-    return "shared: the server, PgBouncer and pgbench all on CPU(s) %s" % (meta.get("server_cpus") or "?")
+                "CPU(s) %s, the client (%s) on CPU(s) %s, with `taskset`; the gate counts the server's CPUs" % (
+                    meta.get("server_cpus"), client_tools(meta), meta.get("client_cpus")))
+    return "shared: the server, PgBouncer and the client (%s) all on CPU(s) %s" % (client_tools(meta),
+                                                                    meta.get("server_cpus") or "?")
 
 
 def machine_block(meta, rows):
@@ -175,7 +187,10 @@ def machine_block(meta, rows):
                      "without the library in `shared_preload_libraries`, gatekeeper restarts it with the library" %
                      ", ".join("`%s = %s`" % (k, v.strip("'")) for k, v in shown.items()))
         pools = meta.get("pgbouncer_pools")
-        if pools:
+        if pools and only_sysbench:
+            lines.append("- **PgBouncer:** transaction pooling, pool sizes %s, server connections over the "
+                         "Unix socket" % ", ".join(map(str, pools)))
+        elif pools:
             lines.append("- **PgBouncer:** transaction pooling, pool sizes %s, server connections over the "
                          "Unix socket. Select-only through PgBouncer uses `-M %s`: PgBouncer before 1.21 "
                          "cannot pool protocol-level prepared statements in transaction mode" % (
