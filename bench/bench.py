@@ -26,13 +26,15 @@ import sys
 
 from pgbench import WORKLOADS
 from schedule import Schedule
+from sysbench import SYSBENCH_WORKLOADS
 from util import HERE, cpu_list, log, parse_list, pick_port, pin_split
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", default="tpcb,select,slow",
-                   help="comma list of %s" % ", ".join(WORKLOADS))
+                   help="comma list of %s (pgbench), %s (sysbench)" % (
+                       ", ".join(WORKLOADS), ", ".join(SYSBENCH_WORKLOADS)))
     p.add_argument("--clients", default="8,64,256,512,1000", help="comma list of client counts")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=int, default=16, help="seconds per pgbench run")
@@ -47,6 +49,8 @@ def parse_args(argv):
                         "1000 clients are 1000 new backends, each loading its caches on its first "
                         "transactions (default 8: 8 s more at 1000 clients; 0 = none)")
     p.add_argument("--scale", type=int, default=10, help="pgbench -i scale")
+    p.add_argument("--sysbench-tables", type=int, default=4, help="sysbench --tables (prepared once per cluster)")
+    p.add_argument("--sysbench-table-size", type=int, default=100000, help="sysbench --table-size, rows per table")
     p.add_argument("--configs", default="bare,pgbouncer,gatekeeper",
                    help="comma list of configuration families: bare, pgbouncer, gatekeeper")
     p.add_argument("--pools", default="2xcpu,8,32", help="PgBouncer pool sizes ('2xcpu' = 2 x CPUs)")
@@ -74,8 +78,8 @@ def parse_args(argv):
     p.add_argument("--keep", action="store_true", help="keep the work directory (cluster, logs)")
     p.add_argument("--run-timeout", type=int, default=180, help="seconds a pgbench run may exceed --duration")
     p.add_argument("--smoke", action="store_true",
-                   help="CI smoke: 16 clients, 3 s, 1 round, scale 1, every configuration and workload; "
-                        "exits non-zero if any run failed")
+                   help="CI smoke: 16 clients, 3 s, 1 round, scale 1 (sysbench: 10000 rows per table), "
+                        "every configuration and workload; exits non-zero if any run failed")
     p.add_argument("--overhead", action="store_true",
                    help="measure backend CPU per statement, library loaded vs not, 1 client, nothing queued")
     p.add_argument("--overhead-rounds", type=int, default=5)
@@ -97,7 +101,8 @@ def parse_args(argv):
         a.warmup_per_client = 0
         a.rounds = 1
         a.scale = 1
-        a.workloads = "tpcb,select,slow"
+        a.sysbench_table_size = 10000
+        a.workloads = "tpcb,select,slow,sysbench-rw,sysbench-ro"
         a.configs = "bare,pgbouncer,gatekeeper"
     if a.warmup_per_client < 0:
         p.error("--warmup-per-client must be 0 or more")
@@ -105,8 +110,10 @@ def parse_args(argv):
         p.error("--warmup must be 0 or leave at least 3 s of --duration to measure")
     a.workloads = parse_list(a.workloads)
     for w in a.workloads:
-        if w not in WORKLOADS:
-            p.error("unknown workload %r (%s)" % (w, ", ".join(WORKLOADS)))
+        if w not in WORKLOADS and w not in SYSBENCH_WORKLOADS:
+            p.error("unknown workload %r (%s)" % (w, ", ".join(list(WORKLOADS) + list(SYSBENCH_WORKLOADS))))
+    if a.sysbench_tables < 1 or a.sysbench_table_size < 1:
+        p.error("--sysbench-tables and --sysbench-table-size must be 1 or more")
     a.clients = parse_list(a.clients, int)
     a.configs = parse_list(a.configs)
     for c in a.configs:
@@ -166,6 +173,8 @@ def main(argv):
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0], max(a.clients)))
     if a.pin and not shutil.which("taskset"):
         sys.exit("--pin needs taskset (util-linux)")
+    if any(w in SYSBENCH_WORKLOADS for w in a.workloads) and not a.overhead and not shutil.which("sysbench"):
+        sys.exit("the sysbench workloads need sysbench (bench/run.sh installs it: apt-get install sysbench)")
     a.port = pick_port(a.port)
     a.pgbouncer_port = pick_port(a.pgbouncer_port, avoid=(a.port,))
     ver = subprocess.run(["pgbouncer", "--version"], stdout=subprocess.PIPE, text=True).stdout

@@ -5,6 +5,7 @@ import re
 import shutil
 import time
 
+from sysbench import prepare_cmd as sysbench_prepare_cmd
 from util import as_postgres, log, parse_cpu_list, pinned, proc_cpus, run
 
 # --------------------------------------------------------------------------
@@ -84,6 +85,7 @@ class Cluster:
         self.loaded = None  # gk settings dict when the library is loaded, None when bare
         self.ext_created = False
         self.have_data = False
+        self.data_kinds = []  # "pgbench", "sysbench": what load_data put in the bench database
         self.huge_pages = HugePages()
 
     def init(self, max_clients):
@@ -262,25 +264,42 @@ class Cluster:
                 continue
         return None
 
-    def load_data(self, scale):
+    def load_data(self, scale, kinds=("pgbench",), sysbench_tables=4, sysbench_table_size=100000):
+        """The role `bench`, its database, and the tables of each kind of
+        workload, loaded as that role: pgbench -i -s SCALE, sysbench's
+        prepare (sbtest1..N)."""
         self.sql("CREATE ROLE bench LOGIN", db="postgres")
         self.sql("CREATE DATABASE bench OWNER bench", db="postgres")
         self.sql("CREATE EXTENSION pg_prewarm")
-        run([os.path.join(self.bin, "pgbench"), "-i", "-q", "-s", str(scale),
-             "-h", self.sock, "-p", str(self.port), "-U", "bench", "bench"], timeout=3600)
+        if "pgbench" in kinds:
+            run([os.path.join(self.bin, "pgbench"), "-i", "-q", "-s", str(scale),
+                 "-h", self.sock, "-p", str(self.port), "-U", "bench", "bench"], timeout=3600)
+        if "sysbench" in kinds:
+            run(sysbench_prepare_cmd("127.0.0.1", self.port, "bench", "bench", sysbench_tables,
+                                     sysbench_table_size, len(os.sched_getaffinity(0))), timeout=3600)
+        self.data_kinds = list(kinds)
         self.sql("VACUUM ANALYZE")
         self.sql("CHECKPOINT")
         self.have_data = True
 
     def prewarm(self):
-        self.sql("SELECT sum(pg_prewarm(c)) FROM unnest(ARRAY['pgbench_accounts', 'pgbench_accounts_pkey', "
-                 "'pgbench_branches', 'pgbench_branches_pkey', 'pgbench_tellers', 'pgbench_tellers_pkey', "
-                 "'pgbench_history']::regclass[]) c")
+        """Every table and index of the loaded workloads into shared buffers."""
+        self.sql("SELECT sum(pg_prewarm(c.oid)) FROM pg_class c "
+                 "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i') "
+                 "AND (c.relname LIKE 'pgbench\\_%' OR c.relname LIKE 'sbtest%')")
 
-    def before_run(self):
+    def before_run(self, kind="pgbench"):
         # What pgbench itself does before a run (we pass -n), plus a checkpoint
-        # so that no configuration pays for another one's dirty buffers.
-        self.sql("TRUNCATE pgbench_history")
-        self.sql("VACUUM pgbench_branches, pgbench_tellers, pgbench_accounts")
+        # so that no configuration pays for another one's dirty buffers. The
+        # sysbench tables get the same VACUUM (their deletes and inserts leave
+        # dead rows behind).
+        if kind == "sysbench":
+            tables = self.sql("SELECT string_agg(relname, ', ') FROM pg_class WHERE relkind = 'r' "
+                              "AND relnamespace = 'public'::regnamespace AND relname LIKE 'sbtest%'")
+            if tables:
+                self.sql("VACUUM " + tables)
+        else:
+            self.sql("TRUNCATE pgbench_history")
+            self.sql("VACUUM pgbench_branches, pgbench_tellers, pgbench_accounts")
         self.sql("CHECKPOINT")
 

@@ -2,8 +2,8 @@
 """Charts of a benchmark run: bench/plot.py RESULTS_DIR
 
 Reads RESULTS_DIR/results.csv and writes RESULTS_DIR/<workload>.png for each
-workload: tps (left) and p99 latency (right, log scale) against the number of
-clients, one line per configuration through the medians over rounds, with
+workload: tps (left), p95 latency (where the runs recorded it) and p99
+latency (right, log scale) against the number of clients, one line per configuration through the medians over rounds, with
 min-max error bars. Failed runs are left out.
 """
 
@@ -24,6 +24,8 @@ TITLES = {
     "tpcb": "TPC-B-like, simple protocol, loopback",
     "select": "Select-only, -M prepared (PgBouncer: -M %s)",
     "slow": "Slow client (1 ms think time twice per transaction)",
+    "sysbench-rw": "sysbench oltp_read_write (prepared statements; PgBouncer: --db-ps-mode=%s)",
+    "sysbench-ro": "sysbench oltp_read_only (prepared statements; PgBouncer: --db-ps-mode=%s)",
 }
 FAMILY_ORDER = {"bare": 0, "pgbouncer": 1, "gatekeeper": 2}
 POOL_COLORS = ["#9ecae1", "#4292c6", "#08519c", "#08306b"]
@@ -65,8 +67,9 @@ def main(out):
         runs = "%s s runs" % meta.get("duration_s")
         if meta.get("warmup_per_client_ms"):
             runs += " + %g ms per client" % meta["warmup_per_client_ms"]
-        machine = "%s CPUs (%s), %s, %s round(s), pgbench -j %s on the same machine" % (
-            meta.get("nproc"), meta.get("cpu_model"), runs, meta.get("rounds"), meta.get("jobs"))
+        machine = "%s CPUs (%s), %s, %s round(s), %s on the same machine" % (
+            meta.get("nproc"), meta.get("cpu_model"), runs, meta.get("rounds"),
+            "the client" if meta.get("sysbench") else "pgbench -j %s" % meta.get("jobs"))
     workloads = []
     for r in rows:
         if r["workload"] not in workloads:
@@ -77,12 +80,17 @@ def main(out):
                       key=lambda t: (FAMILY_ORDER.get(t[1], 9), t[2], t[0]))
         st = style([(c, f) for c, f, _ in cfgs])
         clients = sorted({int(r["clients"]) for r in wr})
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+        fields = ["tps", "p99_latency_ms"]
+        ylabels = ["tps (median, min–max)", "p99 latency, ms (median, min–max)"]
+        if any(r.get("p95_latency_ms") for r in wr):
+            fields.insert(1, "p95_latency_ms")
+            ylabels.insert(1, "p95 latency, ms (median, min–max)")
+        fig, axes = plt.subplots(1, len(fields), figsize=(6 * len(fields), 4.8))
         n = len(cfgs)
         for i, (cfg, fam, _) in enumerate(cfgs):
             # spread the markers a little so that the error bars do not hide each other
             shift = 1.0 + 0.025 * (i - (n - 1) / 2) if len(clients) > 1 else 1.0
-            for ax, field in zip(axes, ("tps", "p99_latency_ms")):
+            for ax, field in zip(axes, fields):
                 xs, meds, lo, hi = [], [], [], []
                 for c in clients:
                     vals = [float(r[field]) for r in wr
@@ -98,7 +106,7 @@ def main(out):
                     continue
                 label = cfg if fam != "pgbouncer" else "PgBouncer, pool %s" % cfg.split("-")[-1]
                 ax.errorbar(xs, meds, yerr=[lo, hi], capsize=3, markersize=5, label=label, **st[cfg])
-        for ax, ylabel in zip(axes, ("tps (median, min–max)", "p99 latency, ms (median, min–max)")):
+        for ax, ylabel in zip(axes, ylabels):
             ax.set_xlabel("clients")
             ax.set_ylabel(ylabel)
             if len(clients) > 1:
@@ -110,14 +118,17 @@ def main(out):
                 ax.set_xticks(clients)
             ax.grid(True, which="major", alpha=0.3)
         axes[0].set_ylim(bottom=0)
-        axes[1].set_yscale("log")
-        axes[1].yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: "%g" % v))
-        axes[1].yaxis.set_minor_formatter(FuncFormatter(minor_label))
-        for lab in axes[1].yaxis.get_minorticklabels():
-            lab.set_fontsize(7)
+        for ax in axes[1:]:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: "%g" % v))
+            ax.yaxis.set_minor_formatter(FuncFormatter(minor_label))
+            for lab in ax.yaxis.get_minorticklabels():
+                lab.set_fontsize(7)
         axes[0].legend(fontsize=8, loc="best")
         title = TITLES.get(w, w)
-        if "%s" in title:
+        if "%s" in title and w.startswith("sysbench"):
+            title = title % (meta.get("sysbench_ps_mode") or {}).get("pgbouncer", "disable")
+        elif "%s" in title:
             title = title % meta.get("pgbouncer_select_protocol", "simple")
         fig.suptitle(title + ("\n" + machine if machine else ""), fontsize=10)
         fig.tight_layout()

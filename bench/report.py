@@ -3,7 +3,8 @@
 
 Reads RESULTS_DIR/results.csv (and meta.json when present) and writes
 RESULTS_DIR/summary.md: machine and command, then per workload the median and
-min-max over rounds of tps, average latency and p99 latency for every
+min-max over rounds of tps, average latency, p95 latency (runs that recorded
+it) and p99 latency for every
 configuration and client count, the ratios that the performance bar
 speaks of, the bar itself (each line met or missed, from the medians of
 this run, for the configuration named `gatekeeper`), and the overhead
@@ -22,6 +23,8 @@ TITLES = {
     "select": "Select-only (-S -M prepared), loopback",
     "slow": "Slow client (BEGIN; SELECT; \\sleep 1 ms; SELECT; \\sleep 1 ms; UPDATE; END)",
     "wait": "Wait-bound (BEGIN; SELECT pg_sleep(0.005), standing in for I/O; UPDATE one account; END)",
+    "sysbench-rw": "sysbench oltp_read_write (20 statements per transaction)",
+    "sysbench-ro": "sysbench oltp_read_only (16 statements per transaction)",
 }
 FAMILY_ORDER = {"bare": 0, "pgbouncer": 1, "gatekeeper": 2}
 
@@ -92,13 +95,25 @@ def window_range(rows):
     return ": %.1f–%.1f s in this run" % (min(w), max(w))
 
 
+def client_tools(meta):
+    """'pgbench', 'sysbench' or both, from the run's workloads."""
+    ws = meta.get("workloads") or []
+    tools = []
+    if not ws or any(not w.startswith("sysbench") for w in ws):
+        tools.append("pgbench")
+    if any(w.startswith("sysbench") for w in ws):
+        tools.append("sysbench")
+    return ", ".join(tools)
+
+
 def placement(meta):
-    """Where the server, PgBouncer and pgbench ran (bench.py --pin)."""
+    """Where the server, PgBouncer and the client ran (bench.py --pin)."""
     if meta.get("pin_mode") == "pinned":
         return ("pinned (`--pin`): the server (postmaster, backends, the gate's worker) and PgBouncer on "
-                "CPU(s) %s, pgbench on CPU(s) %s, with `taskset`; the gate counts the server's CPUs" % (
-                    meta.get("server_cpus"), meta.get("client_cpus")))
-    return "shared: the server, PgBouncer and pgbench all on CPU(s) %s" % (meta.get("server_cpus") or "?")
+                "CPU(s) %s, the client (%s) on CPU(s) %s, with `taskset`; the gate counts the server's CPUs" % (
+                    meta.get("server_cpus"), client_tools(meta), meta.get("client_cpus")))
+    return "shared: the server, PgBouncer and the client (%s) all on CPU(s) %s" % (client_tools(meta),
+                                                                    meta.get("server_cpus") or "?")
 
 
 def machine_block(meta, rows):
@@ -111,10 +126,18 @@ def machine_block(meta, rows):
             meta.get("extension_build")))
         lines.append("- **Command:** `%s`" % meta.get("command"))
         warm = meta.get("warmup_s") or 0
-        lines.append("- **Run:** %s to %s; pgbench scale %s, %s s per run, %s round(s), `-j %s`, "
-                     "pgbench on the same machine, clients connect over TCP to 127.0.0.1" % (
-                         meta.get("started_at"), meta.get("finished_at", "?"), meta.get("scale"),
-                         meta.get("duration_s"), meta.get("rounds"), meta.get("jobs")))
+        only_sysbench = bool(meta.get("workloads")) and all(w.startswith("sysbench")
+                                                             for w in meta.get("workloads"))
+        if only_sysbench:
+            lines.append("- **Run:** %s to %s; %s s per run, %s round(s), sysbench on the same machine, "
+                         "clients connect over TCP to 127.0.0.1" % (
+                             meta.get("started_at"), meta.get("finished_at", "?"), meta.get("duration_s"),
+                             meta.get("rounds")))
+        else:
+            lines.append("- **Run:** %s to %s; pgbench scale %s, %s s per run, %s round(s), `-j %s`, "
+                         "pgbench on the same machine, clients connect over TCP to 127.0.0.1" % (
+                             meta.get("started_at"), meta.get("finished_at", "?"), meta.get("scale"),
+                             meta.get("duration_s"), meta.get("rounds"), meta.get("jobs")))
         per_client = meta.get("warmup_per_client_ms") or 0
         if warm:
             if per_client:
@@ -128,14 +151,33 @@ def machine_block(meta, rows):
                 tail = "; each run lasts %g s plus the same per-client time" % (meta.get("duration_s") or 0)
             else:
                 span, tail = "%g s" % warm, ""
-            lines.append("- **Measured window:** each run's first %s after its first completed transaction "
-                         "are warm-up and not counted (every backend starts cold: 1000 clients mean 1000 new "
-                         "backends loading their caches). tps, average and p99 latency come from pgbench's "
-                         "per-transaction logs of the rest of the run, at most %g s, less at many clients, where "
-                         "connecting takes part of the run (the CSV's `window_s`%s)%s; "
-                         "the same for every configuration. pgbench's whole-run figures are in the CSV "
-                         "(`tps_whole_run`)" % (
-                             span, (meta.get("duration_s") or 0) - warm, window_range(rows), tail))
+            if only_sysbench:
+                lines.append("- **Measured window:** each run's first %s after sysbench's clock starts (once "
+                             "every thread has connected) are warm-up and not counted (every backend starts "
+                             "cold); the rest of the run, %g s, is measured (the CSV's `window_s`%s)%s; the same "
+                             "for every configuration. Whole-run figures are in the CSV (`tps_whole_run`)" % (
+                                 span, (meta.get("duration_s") or 0) - warm, window_range(rows), tail))
+            else:
+                lines.append("- **Measured window:** each run's first %s after its first completed transaction "
+                             "are warm-up and not counted (every backend starts cold: 1000 clients mean 1000 new "
+                             "backends loading their caches). tps, average and p99 latency come from pgbench's "
+                             "per-transaction logs of the rest of the run, at most %g s, less at many clients, "
+                             "where connecting takes part of the run (the CSV's `window_s`%s)%s; "
+                             "the same for every configuration. pgbench's whole-run figures are in the CSV "
+                             "(`tps_whole_run`)" % (
+                                 span, (meta.get("duration_s") or 0) - warm, window_range(rows), tail))
+        if meta.get("sysbench"):
+            ps = meta.get("sysbench_ps_mode") or {}
+            lines.append("- **sysbench:** %s, its bundled `oltp_*` scripts with `--db-driver=pgsql`, %s tables of %s "
+                         "rows (`prepare` once per cluster, as `bench`), `--threads` = clients, over TCP to "
+                         "127.0.0.1. `--db-ps-mode=%s` for bare and the gate (server-side prepared statements), "
+                         "`%s` through PgBouncer (the CSV's `ps_mode`). sysbench's clock starts once every thread "
+                         "has connected. tps from its per-second reports (`--report-interval=1`) after the "
+                         "warm-up up to the end of `--time`; the average, p95 and p99 from its final report and "
+                         "latency histogram (`--histogram`) after `--report-checkpoints` at the warm-up, which "
+                         "also count the transactions still running at the end" % (
+                             meta["sysbench"], meta.get("sysbench_tables"), meta.get("sysbench_table_size"),
+                             ps.get("bare", "auto"), ps.get("pgbouncer", "disable")))
         lines.append("- **CPUs:** " + placement(meta))
         ss = meta.get("server_settings", {})
         shown = {k: v for k, v in ss.items()
@@ -145,7 +187,10 @@ def machine_block(meta, rows):
                      "without the library in `shared_preload_libraries`, gatekeeper restarts it with the library" %
                      ", ".join("`%s = %s`" % (k, v.strip("'")) for k, v in shown.items()))
         pools = meta.get("pgbouncer_pools")
-        if pools:
+        if pools and only_sysbench:
+            lines.append("- **PgBouncer:** transaction pooling, pool sizes %s, server connections over the "
+                         "Unix socket" % ", ".join(map(str, pools)))
+        elif pools:
             lines.append("- **PgBouncer:** transaction pooling, pool sizes %s, server connections over the "
                          "Unix socket. Select-only through PgBouncer uses `-M %s`: PgBouncer before 1.21 "
                          "cannot pool protocol-level prepared statements in transaction mode" % (
@@ -192,6 +237,8 @@ def workload_section(w, rows):
 
     grid("tps", "tps", "**tps**")
     grid("avg_latency_ms", "ms", "**Average latency, ms**")
+    if any(r.get("p95_latency_ms") for r in ok):
+        grid("p95_latency_ms", "ms", "**p95 latency, ms**")
     grid("p99_latency_ms", "ms", "**p99 latency, ms**")
 
     # comparisons of medians (what the bar speaks of); no verdicts
@@ -239,9 +286,16 @@ def workload_section(w, rows):
                                                         fmt(med(c, p, "pgbouncer_cpu_pct"), "pct"))
                                              for p in pools)) for c in clients))
         out.append("")
+    if any(r.get("ignored_errors") not in (None, "", "0") for r in ok):
+        out.append("sysbench's ignored errors (deadlocks and unique violations, retried), median per run: %s" % "; ".join(
+            "%d clients: %s" % (c, ", ".join("%s %s" % (cfg.replace("pgbouncer-", "pool "),
+                                                        fmt(med(c, cfg, "ignored_errors"), "tps"))
+                                             for cfg in cfgs)) for c in clients))
+        out.append("")
+    client = "sysbench" if any(r.get("tool") == "sysbench" for r in ok) else "pgbench"
     if any(r.get("client_cpu_pct") for r in ok):
         # The client shares the machine: what it burns, the server cannot use.
-        out.append("pgbench's own CPU, %% of a core (µs per transaction), median: %s" % "; ".join(
+        out.append(client + "'s own CPU, %% of a core (µs per transaction), median: %s" % "; ".join(
             "%d clients: %s" % (c, ", ".join("%s %s (%s)" % (cfg.replace("pgbouncer-", "pool "),
                                                              fmt(med(c, cfg, "client_cpu_pct"), "pct"),
                                                              fmt(med(c, cfg, "client_cpu_us_per_xact"), "tps"))

@@ -48,6 +48,7 @@ PY=/usr/bin/python3
 
 need_pkgs=()
 command -v pgbouncer >/dev/null || need_pkgs+=(pgbouncer)
+command -v sysbench >/dev/null || need_pkgs+=(sysbench)
 [[ -x $PG_BIN/pgbench ]] || need_pkgs+=(postgresql-15)
 "$PY" -c 'import matplotlib' 2>/dev/null || need_pkgs+=(python3-matplotlib)
 if ((${#need_pkgs[@]})); then
@@ -85,7 +86,7 @@ elif [[ ! -f $libdir/pg_gatekeeper.so ]]; then
   exit 2
 fi
 
-# 1000 clients need more than 1024 descriptors in pgbench and pgbouncer.
+# 1000 clients need more than 1024 descriptors in pgbench, sysbench and pgbouncer.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 # A server crash leaves a core file in the data directory (kept after a failure).
 ulimit -c unlimited 2>/dev/null || true

@@ -1,6 +1,6 @@
-"""One pgbench run against one configuration (bare, a PgBouncer pool or a
-gatekeeper variant): start what it needs, run pgbench, measure, judge, and
-write its CSV row."""
+"""One client run (pgbench or sysbench) against one configuration (bare, a
+PgBouncer pool or a gatekeeper variant): start what it needs, run the
+client, measure, judge, and write its CSV row."""
 
 import csv
 import datetime as dt
@@ -14,6 +14,8 @@ import time
 from bouncer import Bouncer
 from cluster import Cluster
 from pgbench import WORKLOADS, parse_pgbench, read_logs
+from sysbench import hist_percentile, is_sysbench, parse_sysbench
+from sysbench import run_cmd as sysbench_run_cmd
 from util import clean_env, cpu_list, log, machine_cpu, parse_cpu_list, percentile, pinned, proc_cpu_ns
 
 CSV_FIELDS = [
@@ -31,6 +33,8 @@ CSV_FIELDS = [
     "backend_cpu_us_per_xact", "cpu_window_xacts",
     "pin_mode", "server_cpus", "client_cpus",
     "cpu_idle_pct", "cpu_pressure_some_pct",
+    # added with the sysbench workloads (older CSVs lack them)
+    "tool", "ps_mode", "p95_latency_ms", "ignored_errors", "reconnects",
 ]
 
 
@@ -116,9 +120,26 @@ class Runner:
         cmd.append("bench")
         return cmd, proto
 
+    def sysbench_cmd(self, workload, cfg, clients, duration):
+        """sysbench's command, its protocol and its --db-ps-mode: server-side
+        prepared statements (auto) for bare and the gate; through PgBouncer
+        only where it can pool them (1.21 and later, max_prepared_statements),
+        else disable (the statements' text, the simple protocol)."""
+        a = self.a
+        ps_mode = "auto"
+        port = self.cluster.port
+        if cfg["family"] == "pgbouncer":
+            port = a.pgbouncer_port
+            if not a.pgbouncer_prepared:
+                ps_mode = "disable"
+        warm = int(round(a.warmup)) + self.extra_warmup(clients) if a.warmup > 0 else 0
+        cmd = sysbench_run_cmd(workload, "127.0.0.1", port, "bench", "bench", a.sysbench_tables,
+                               a.sysbench_table_size, clients, duration, warm, ps_mode)
+        return cmd, "prepared" if ps_mode == "auto" else "simple", ps_mode, warm
+
     def one_run(self, workload, cfg, clients, rnd, duration=None, cpu_window_backend=False, label=None):
-        """One pgbench run; returns its CSV row. A failure of any kind (pgbench
-        error, server crash, harness error) fails the run, not the benchmark:
+        """One pgbench or sysbench run; returns its CSV row. A failure of any kind
+        (client error, server crash, harness error) fails the run, not the benchmark:
         the server is restarted cleanly for the next run."""
         a = self.a
         if duration is None:
@@ -169,7 +190,8 @@ class Runner:
         a = self.a
         c = self.cluster
         c.start(cfg["gk"])
-        c.before_run()
+        sb = is_sysbench(workload)
+        c.before_run("sysbench" if sb else "pgbench")
         gk = cfg["family"] == "gatekeeper"
         wpid = None
         if gk:
@@ -184,8 +206,12 @@ class Runner:
             self.bouncer = Bouncer(a, c, cfg["pool"], clients)
             self.bouncer.start()
             c.check_affinity(self.bouncer.pid, "PgBouncer")
-        cmd, proto = self.pgbench_cmd(workload, cfg, clients, duration, prefix,
-                                      None if cpu_window_backend else a.sampling_rate)
+        row["tool"] = "sysbench" if sb else "pgbench"
+        if sb:
+            cmd, proto, row["ps_mode"], sb_warm = self.sysbench_cmd(workload, cfg, clients, duration)
+        else:
+            cmd, proto = self.pgbench_cmd(workload, cfg, clients, duration, prefix,
+                                          None if cpu_window_backend else a.sampling_rate)
         row["protocol"] = proto
         w0 = proc_cpu_ns(wpid) if wpid else None
         b0 = proc_cpu_ns(self.bouncer.pid) if self.bouncer else None
@@ -247,6 +273,9 @@ class Runner:
             self.bouncer = None
 
         out = open(prefix + ".out").read()
+        if sb:
+            res = self.sysbench_figures(row, out, sb_warm, duration)
+            return self.judge(row, res, out, cmd, rc, cfg, t0, t1, sb=True)
         res = parse_pgbench(out)
         row.update({k: v for k, v in res.items()})
         if row.get("client_cpu_ms") and row.get("xacts"):
@@ -271,40 +300,74 @@ class Runner:
                 row["avg_latency_ms"] = round(sum(lats) / len(lats), 3)
         if lats:
             row["p50_latency_ms"] = round(percentile(lats, 0.50), 3)
+            row["p95_latency_ms"] = round(percentile(lats, 0.95), 3)
             row["p99_latency_ms"] = round(percentile(lats, 0.99), 3)
             row["max_latency_ms"] = round(lats[-1], 3)
         row["logged_xacts"] = len(lats)
         if cpu_window_backend and backend_cpu is not None and in_window > 0:
             row["backend_cpu_us_per_xact"] = round(backend_cpu / 1000.0 / in_window, 3)
             row["cpu_window_xacts"] = in_window
+        errs, out, cmd = self.judge(row, res, out, cmd, rc, cfg, t0, t1)
+        if cpu_window_backend and not row["backend_cpu_us_per_xact"]:
+            errs.append("no backend CPU sample (%s, %d statements in window)" % (self.sample_note, in_window))
+        return errs, out, cmd
+
+    def sysbench_figures(self, row, out, warm, duration):
+        """Fill the row from sysbench's report (see sysbench.py); returns the parsed figures."""
+        res = parse_sysbench(out, warm, duration)
+        for k in ("tps", "avg_latency_ms", "max_latency_ms", "xacts", "window_xacts", "window_s",
+                  "tps_whole_run", "avg_latency_whole_run_ms", "ignored_errors", "reconnects"):
+            if k in res:
+                row[k] = res[k]
+        row["warmup_s"] = warm
+        row["tps_by_5s"] = ";".join(str(t) for t in res.get("tps_by_5s", []))
+        hist = res.get("hist") or []
+        row["logged_xacts"] = sum(n for _, n in hist)
+        if hist:
+            row["p50_latency_ms"] = hist_percentile(hist, 0.50)
+            row["p95_latency_ms"] = hist_percentile(hist, 0.95)
+            row["p99_latency_ms"] = hist_percentile(hist, 0.99)
+        if row.get("client_cpu_ms") and row.get("xacts"):
+            row["client_cpu_us_per_xact"] = round(float(row["client_cpu_ms"]) * 1000 / int(row["xacts"]), 1)
+        return res
+
+    def judge(self, row, res, out, cmd, rc, cfg, t0, t1, sb=False):
+        """The gate's figures, then the run judged (correctness only, never
+        performance); returns (errors, client output, command)."""
+        gk = cfg["family"] == "gatekeeper"
         if gk:
             try:
                 self.gk_stats(row, t0, t1)
             except RuntimeError as e:
                 row["error"] = (row["error"] + "; " if row["error"] else "") + \
                     "gatekeeper views: " + str(e).strip().splitlines()[-1][:200]
-
-        # judge the run (correctness only, never performance)
+        tool = "sysbench" if sb else "pgbench"
         errs = [row.pop("error")] if row["error"] else []
         row["error"] = ""
         if rc != 0:
-            errs.append("pgbench exit code %d" % rc)
+            errs.append("%s exit code %d" % (tool, rc))
         if not res.get("tps") or not row.get("tps"):
             errs.append("zero or missing tps" + (" in the measured window (is --warmup shorter than "
                                                   "--duration?)" if res.get("tps") else ""))
         if res.get("failed_xacts"):
             errs.append("%d failed transactions" % res["failed_xacts"])
         for line in out.splitlines():
-            if line.startswith("pgbench: error") or "aborted" in line:
+            if ("FATAL" in line) if sb else (line.startswith("pgbench: error") or "aborted" in line):
                 errs.append(line.strip()[:200])
                 break
+        if sb:
+            # sysbench's own p95 and the one read from its histogram are the
+            # same computation: a difference means the histogram was misread.
+            p95, mine = res.get("sysbench_p95_ms"), row.get("p95_latency_ms")
+            if p95 is not None and mine not in ("", None) and abs(float(mine) - p95) > 0.01 + 0.005 * p95:
+                errs.append("histogram p95 %s ms differs from sysbench's %s ms" % (mine, p95))
+            if not res.get("hist"):
+                errs.append("no latency histogram in sysbench's output")
         # A variant that switches the gate off on purpose (--gk NAME:enabled=off,
         # the library's cost with nothing gated) admits nothing by design.
         gate_on = (cfg["gk"] or {}).get("pg_gatekeeper.enabled", "on").lower() not in ("off", "false", "0", "no")
         if gk and gate_on and row.get("gk_admitted") in ("", 0, "0"):
             errs.append("the gate admitted nothing (is the bench role exempt?)")
-        if cpu_window_backend and not row["backend_cpu_us_per_xact"]:
-            errs.append("no backend CPU sample (%s, %d statements in window)" % (self.sample_note, in_window))
         return errs, out, cmd
 
     def sample_backend(self, duration, t0):

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from runner import Runner
+from sysbench import is_sysbench
 from util import REPO, cpu_list, fmt_hms, log, percentile
 
 
@@ -57,8 +58,14 @@ class Schedule(Runner):
         t_init = time.time()
         self.cluster.init(max_clients)
         self.cluster.start(None)
-        log("loading pgbench -i -s %d ..." % a.scale)
-        self.cluster.load_data(a.scale)
+        kinds = ["pgbench"] if a.overhead or any(not is_sysbench(w) for w in a.workloads) else []
+        if not a.overhead and any(is_sysbench(w) for w in a.workloads):
+            kinds.append("sysbench")
+        log("loading %s ..." % " and ".join(
+            {"pgbench": "pgbench -i -s %d" % a.scale,
+             "sysbench": "sysbench prepare (%d tables of %d rows)" % (a.sysbench_tables, a.sysbench_table_size)}[k]
+            for k in kinds))
+        self.cluster.load_data(a.scale, kinds, a.sysbench_tables, a.sysbench_table_size)
         log("cluster ready in %.0f s" % (time.time() - t_init))
         self.meta = self.collect_meta()
 
@@ -146,6 +153,12 @@ class Schedule(Runner):
             "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
             "postgres": self.cluster.sql("SELECT version()").split(" on ")[0],
             "pgbench": sh(os.path.join(a.pg_bin, "pgbench") + " --version"),
+            "sysbench": sh("sysbench --version") if "sysbench" in self.cluster.data_kinds else None,
+            "sysbench_tables": a.sysbench_tables if "sysbench" in self.cluster.data_kinds else None,
+            "sysbench_table_size": a.sysbench_table_size if "sysbench" in self.cluster.data_kinds else None,
+            "sysbench_ps_mode": ({"bare": "auto", "gatekeeper": "auto",
+                                  "pgbouncer": "auto" if a.pgbouncer_prepared else "disable"}
+                                 if "sysbench" in self.cluster.data_kinds else None),
             "pgbouncer": sh("pgbouncer --version | head -1"),
             "git": sh("git -C %s rev-parse --short HEAD" % REPO)
                    + (" (dirty)" if sh("git -C %s status --porcelain -- src core Cargo.toml" % REPO) else ""),

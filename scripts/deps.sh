@@ -10,7 +10,7 @@ source scripts/pg_env.sh
 
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
-          pgbouncer python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter)
+          pgbouncer sysbench python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter)
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
