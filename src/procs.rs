@@ -49,10 +49,11 @@ fn wait_event(procno: usize) -> u32 {
 
 /// What the holder in slot `procno` waits on, as a wait event class (0 when
 /// it is not waiting), with one correction: a `ClientRead` wait while its
-/// statement is active is a wait on another server, not on its own client. Citus waits for its
-/// workers' results that way (postgres_fdw and dblink wait in class
-/// Extension), so such a wait is reported as [`pg_sys::PG_WAIT_EXTENSION`],
-/// the class of waits on something outside this server. COPY FROM STDIN
+/// statement is active is a wait on another server, not on its own client.
+/// Citus waits for its workers' results that way (postgres_fdw and dblink
+/// wait in class Extension), so such a wait is reported as
+/// [`pg_sys::PG_WAIT_EXTENSION`], the class of waits on something outside
+/// this server. COPY FROM STDIN
 /// reading its client stays a client wait, and so does every wait of a
 /// backend whose activity is not tracked (`track_activities = off`).
 pub fn holder_wait(procno: usize) -> u32 {
