@@ -58,7 +58,10 @@ pub extern "C-unwind" fn _PG_init() {
     }
     forget_rust_backtrace();
     gucs::init();
-    shmem::init();
+    // The settings reach a new gate through the path every reload takes.
+    shmem::init(|| {
+        limit::apply();
+    });
     hooks::init();
     worker::register();
 }

@@ -7,9 +7,11 @@
 //! Only reads files (`/proc/self/status`, `/proc/self/cgroup`, the cgroup
 //! filesystem); the parsing rules live in `gatekeeper_core::cpus`.
 //!
-//! Who applies: the worker (at start, on reload, every few seconds), and
-//! every backend that reloaded a changed setting, at its next admission, so
-//! that a reload takes effect even while the worker is away.
+//! Who applies, always through [`apply`]: the postmaster, each time it lays
+//! out shared memory (at start and after a crash restart), before any
+//! backend can be admitted; the worker (at its start, on reload, every few
+//! seconds); and every backend that reloaded a changed setting, at its next
+//! admission, so that a reload takes effect even while the worker is away.
 
 use std::fs;
 
@@ -190,7 +192,7 @@ pub fn resolve() -> Resolved {
 pub fn apply() -> CpuSource {
     // SAFETY: PgReloadTime is this process's own copy of when its
     // configuration was last loaded; these are the settings applied here.
-    shmem::applied_reload().fetch_max(unsafe { pg_sys::PgReloadTime }, std::sync::atomic::Ordering::Relaxed);
+    let loaded = unsafe { pg_sys::PgReloadTime };
     let r = resolve();
     let defs = gucs::classes();
     let list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
@@ -205,7 +207,12 @@ pub fn apply() -> CpuSource {
             l.status.changed_at_us = now;
         }
         l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
-        l.gate.set_classes(&list, now, wake)
+        let no_room = l.gate.set_classes(&list, now, wake);
+        // Recorded under the lock, once the gate has these settings: a
+        // backend that reads it and so skips applying takes the lock for its
+        // admission after this.
+        shmem::applied_reload().fetch_max(loaded, std::sync::atomic::Ordering::Relaxed);
+        no_room
     });
     for name in no_room {
         pgrx::warning!(

@@ -26,20 +26,24 @@
 //!   data from its client), and read by the worker, which decides stalls and
 //!   idleness from them (a stale read costs one sample's accuracy).
 //!
-//! After a crash the postmaster reinitialises shared memory and this module
-//! starts from an empty gate (the startup hook sees `found == false`).
+//! This module only lays the segment out: an empty gate, with no limit and
+//! only the class `default`. The postmaster then applies the settings to it
+//! through the same path as every reload (`limit::apply`, handed to
+//! [`init`]), before any backend or the worker can use it. After a crash the
+//! postmaster reinitialises shared memory, and both steps run again (the
+//! startup hook sees `found == false`).
 
 use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
-use gatekeeper_core::adaptive::{self, Bounds, Reason};
+use gatekeeper_core::adaptive::{Bounds, Reason};
 use gatekeeper_core::history::{HistorySample, Ring};
 use gatekeeper_core::{Gate, GateHeader, Slot};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{gucs, limit};
+use crate::gucs;
 
 /// The fixed-size part of the segment.
 #[repr(C)]
@@ -104,6 +108,8 @@ pub struct Activity {
 }
 
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
+/// Applies the settings to a newly laid out gate (see [`init`]).
+static CONFIGURE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
 static mut PREV_SHMEM_STARTUP: pg_sys::shmem_startup_hook_type = None;
 
@@ -124,7 +130,11 @@ fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize, usize) {
 }
 
 /// Install the shared-memory hooks. Called once from `_PG_init`.
-pub fn init() {
+/// `configure` applies the settings to the gate; the postmaster runs it
+/// each time it lays the segment out (at start, after a crash restart),
+/// once the segment is in place.
+pub fn init(configure: fn()) {
+    let _ = CONFIGURE.set(configure);
     // SAFETY: _PG_init runs single-threaded in the postmaster before any
     // hook can fire; we save the previous hooks and chain to them.
     unsafe {
@@ -172,30 +182,26 @@ unsafe extern "C-unwind" fn shmem_startup() {
             (*p).nslots = nslots as u32;
             (*p).history_cap = history_cap as u32;
             (*p).worker_procno = AtomicI32::new(-1);
-            let resolved = limit::resolve();
-            let now = crate::now_us();
-            let (start, reason) = adaptive::on_reload(resolved.manual, resolved.bounds, 0, Reason::Manual);
+            // Nothing measured yet. The limit's fields are the settings',
+            // written by `configure` below; from "manual", an automatic
+            // limit starts at its floor (`adaptive::on_reload`).
             (*p).status = LimitStatus {
-                effective_cpus: resolved.effective_cpus,
-                ceiling: resolved.ticket_ceiling,
                 running_avg: f64::NAN,
                 working_avg: f64::NAN,
                 cpu_idle: 1.0,
-                bounds: resolved.bounds,
-                reason: reason as u8,
-                changed_at_us: now,
+                reason: Reason::Manual as u8,
                 ..LimitStatus::default()
             };
             let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
-            let mut gate = Gate::new(&mut (*p).header, slots);
-            gate.init(start, now);
-            gate.set_limit(start, resolved.ticket_ceiling, now, &mut |_| {});
-            let defs = gucs::classes();
-            let list: Vec<_> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
-            gate.set_classes(&list, now, &mut |_| {});
+            Gate::new(&mut (*p).header, slots).init(0, crate::now_us());
         }
         pg_sys::LWLockRelease(addin_lock);
         SHARED.store(p, Ordering::Release);
+        if !found {
+            if let Some(configure) = CONFIGURE.get() {
+                configure();
+            }
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The background worker's duties (docs/DESIGN.md §6): lending the places of
 //! idle holders, counting lock waiters as running, breaking deadlocks with
 //! parked sessions, applying reloads, and surviving a crash restart; plus
-//! the lost-client check of parked sessions.
+//! the lost-client check of parked sessions, and the settings in force from
+//! the first admission without it.
 //!
 //! Gated sessions are role `app`; the observer is the exempt superuser.
 //! Every test ends with `assert_quiet`.
@@ -359,6 +360,52 @@ fn the_gate_starts_clean_after_a_crash_restart() {
     h.ok("COMMIT");
     w3.join_ok(PROMPT);
     c.assert_quiet();
+}
+
+/// With no worker (no background worker slot), nothing but start-up applies
+/// postgresql.conf's limit and classes: the gate must have them before the
+/// first admission, at start and after a crash restart.
+#[test]
+fn the_first_admission_sees_the_configured_limit_and_classes() {
+    let c = Cluster::start(&[
+        ("max_worker_processes", "0"),
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.max_tickets", "2"),
+        ("pg_gatekeeper.classes", "reports (max_active = 1)"),
+    ]);
+    c.admin_exec("CREATE ROLE rep LOGIN; ALTER ROLE rep SET pg_gatekeeper.class = 'reports';");
+    for round in ["start", "crash restart"] {
+        assert_eq!(c.worker_count(), 0, "{round}: a worker runs");
+        let s = c.status();
+        assert_eq!((s.max_active(), s.tickets(), s.int("admitted_total")), (2, 2, 0), "{round}: {:?}", s.0);
+        let cap = c.admin_query("SELECT max_active FROM gatekeeper.classes WHERE class = 'reports'", &[]);
+        assert_eq!(cap.first().map(|r| r.get::<_, Option<i32>>(0)), Some(Some(1)), "{round}: class reports");
+
+        // The first two admissions take the two places; the third waits.
+        let mut a = idle_in_transaction(&c, "a");
+        let mut b = idle_in_transaction(&c, "b");
+        let w = c.app("w").spawn("SELECT 1");
+        c.wait_queued("w");
+        a.ok("COMMIT");
+        w.join_ok(PROMPT);
+        b.ok("COMMIT");
+        // The class's cap of 1, with a place free in the gate.
+        let mut r1 = c.session_as("rep", "r1");
+        r1.ok("BEGIN");
+        r1.ok("SELECT 1");
+        let r2 = c.session_as("rep", "r2").spawn("SELECT 1");
+        c.wait_queued("r2");
+        r1.ok("COMMIT");
+        r2.join_ok(PROMPT);
+        c.assert_quiet();
+
+        if round == "start" {
+            // SIGKILL a backend: the postmaster reinitialises shared memory.
+            let _victim = idle_in_transaction(&c, "victim");
+            Cluster::kill(c.pid_of("victim"), "KILL");
+            c.reconnect_admin(Duration::from_secs(20));
+        }
+    }
 }
 
 // -- 7. The worker is visible -----------------------------------------------------------
