@@ -38,6 +38,8 @@ set -euo pipefail
 
 source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
+PG_BINDIR=$PG_BIN
+source "$(dirname "$0")/../scripts/cluster.sh"
 clients=64 reports=8 duration=40 rounds=3 scale=10 durability=durable forms=single,block
 out=bench/results/mixed-$(date +%Y%m%d-%H%M)
 while [ $# -gt 0 ]; do
@@ -58,37 +60,28 @@ configs=${MIXED_CONFIGS:-bare pgbouncer gate gate-nostall gate-class bare-alone 
 command -v pgbouncer >/dev/null || { apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-work=$(mktemp -d /tmp/pg_gatekeeper_mixed.XXXXXX)
-chown postgres: "$work"
+work=$(cluster_dir pg_gatekeeper_mixed)
 port=27700 bport=27701
-as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
-psql_su() { as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$port" -U postgres -d bench "$@"; }
+psql_su() { cluster_psql "$work" postgres -d bench "$@"; }
 cleanup() {
-  as_pg "$PG_BIN/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
   [ -f "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
-  rm -rf "$work"
+  cluster_drop "$work"
 }
 trap cleanup EXIT
 
-as_pg "$PG_BIN/initdb" -D "$work/data" -A trust -U postgres --no-sync >/dev/null
-cat >> "$work/data/postgresql.conf" <<CONF
-port = $port
-unix_socket_directories = '$work'
-listen_addresses = ''
-max_connections = $((clients + reports + 40))
-shared_buffers = 512MB
-CONF
+settings=("max_connections = $((clients + reports + 40))" "shared_buffers = 512MB")
 if [ "$durability" = async ]; then
-  printf "fsync = off\nsynchronous_commit = off\n" >> "$work/data/postgresql.conf"
+  settings+=("fsync = off" "synchronous_commit = off")
 fi
+cluster_init "$work" "$port" "${settings[@]}"
 cp "$work/data/postgresql.conf" "$work/base.conf"
 
 start() { # preload extra-conf-lines
   cp "$work/base.conf" "$work/data/postgresql.conf"
   printf "shared_preload_libraries = '%s'\n%s\n" "$1" "$2" >> "$work/data/postgresql.conf"
-  as_pg "$PG_BIN/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
+  cluster_start "$work"
 }
-stop() { as_pg "$PG_BIN/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null; }
+stop() { cluster_stop "$work"; }
 
 start "" ""
 as_pg "$PG_BIN/createdb" -h "$work" -p "$port" -U postgres bench

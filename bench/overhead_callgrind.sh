@@ -18,11 +18,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
-work=$(mktemp -d /tmp/pg_gatekeeper_callgrind.XXXXXX)
-chown postgres: "$work"
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh"
+work=$(cluster_dir pg_gatekeeper_callgrind)
 trap 'rm -rf "$work"' EXIT
-as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
-as_pg "$BIN/initdb" -D "$work/data" -A trust >/dev/null
+# Never started: the runs below are single-user backends (the port is unused).
+cluster_init "$work" 5432
 echo "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, 0 FROM generate_series(1, 1000) g;" |
   as_pg "$BIN/postgres" --single -D "$work/data" postgres >/dev/null 2>"$work/setup.log" ||
   { cat "$work/setup.log"; exit 1; }

@@ -37,31 +37,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
 command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }
 
-work=$(mktemp -d /tmp/pg_gatekeeper_perf.XXXXXX)
-chown postgres: "$work"
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh"
+work=$(cluster_dir pg_gatekeeper_perf)
 # The first port from 27500 on that nothing listens on (another cluster may).
 port=
 for p in $(seq 27500 27599); do
   if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
 done
 [[ -n $port ]] || { echo "no free port in 27500-27599" >&2; exit 1; }
-as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
-cleanup() {
-  as_pg "$BIN/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-as_pg "$BIN/initdb" -D "$work/data" -U postgres -A trust --no-sync >/dev/null
-cat >> "$work/data/postgresql.conf" <<EOF
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-max_connections = $((clients + 50))
-shared_buffers = '256MB'
-synchronous_commit = off
-shared_preload_libraries = 'pg_gatekeeper'
-EOF
-as_pg "$BIN/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
+trap 'cluster_drop "$work"' EXIT
+cluster_init "$work" "$port" "listen_addresses = '127.0.0.1'" "max_connections = $((clients + 50))" \
+  "shared_buffers = '256MB'" "synchronous_commit = off" "shared_preload_libraries = 'pg_gatekeeper'"
+cluster_start "$work"
 psql_() { local db=$1; shift; as_pg "$BIN/psql" -X -h "$work" -p "$port" -d "$db" -qAt "$@"; }
 psql_ postgres -c "CREATE ROLE bench LOGIN" -c "CREATE DATABASE bench OWNER bench"
 psql_ bench -c "CREATE EXTENSION pg_gatekeeper"

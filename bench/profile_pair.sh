@@ -21,6 +21,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
+source "$here/../scripts/cluster.sh"   # as_pg; the cluster itself is bench/run.sh's
 work=/var/tmp/pg_gatekeeper_bench
 clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0
 while [[ $# -gt 0 ]]; do
@@ -53,11 +54,11 @@ unset RUST_BACKTRACE
 ulimit -n "$(ulimit -Hn)"
 hp_before=$(cat /proc/sys/vm/nr_hugepages)
 # As bench/run.sh does: huge pages for the shared memory (the larger, with the library).
-need=$(runuser -u postgres -- "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gatekeeper \
+need=$(as_pg "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gatekeeper \
          -C shared_memory_size_in_huge_pages)
 echo $((hp_before + need)) > /proc/sys/vm/nr_hugepages
 
-pg() { runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
+pg() { as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
 cleanup() {
   [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] && kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")" 2>/dev/null || true
   pg -m fast stop 2>/dev/null || true
@@ -65,7 +66,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-psql() { runuser -u postgres -- "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
+psql() { as_pg "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
 
 pg -o "-c huge_pages=on" start
 if [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then
@@ -101,7 +102,7 @@ for r in $(seq "$rounds"); do
   else
     echo "=== round $r: PgBouncer pool $pool, $clients clients"
     # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
-    runuser -u postgres -- prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
+    as_pg prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
     prof --port "$bport" --stats-port "$port" "$@"
     kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done

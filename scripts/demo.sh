@@ -16,24 +16,18 @@ bash scripts/deps.sh "$PG_MAJOR"
 echo "== building and installing pg_gatekeeper (release) for PostgreSQL $PG_MAJOR"
 bash scripts/install.sh "$PG_MAJOR" --release
 
-as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
+source scripts/cluster.sh
 
 if [ -f "$DEMO/data/PG_VERSION" ]; then
-  as_pg "$BIN/pg_ctl" -D "$DEMO/data" -m fast stop >/dev/null 2>&1 || true
+  cluster_stop "$DEMO"
+  echo "$PORT" >"$DEMO/port"
 else
   mkdir -p "$DEMO" && chown postgres: "$DEMO"
-  as_pg "$BIN/initdb" -D "$DEMO/data" -A trust -U postgres >/dev/null
-  cat >> "$DEMO/data/postgresql.conf" <<CONF
-# pg_gatekeeper demo
-shared_preload_libraries = 'pg_gatekeeper'
-port = $PORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$DEMO'
-max_connections = 300
-CONF
+  cluster_init "$DEMO" "$PORT" "# pg_gatekeeper demo" "shared_preload_libraries = 'pg_gatekeeper'" \
+    "listen_addresses = '127.0.0.1'" "max_connections = 300"
 fi
-as_pg "$BIN/pg_ctl" -D "$DEMO/data" -l "$DEMO/server.log" -w start >/dev/null
-as_pg "$BIN/psql" -X -q -h "$DEMO" -p "$PORT" -U postgres -d postgres \
+cluster_start "$DEMO"
+cluster_psql "$DEMO" postgres -d postgres \
   -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
   -c "DO \$\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app') THEN CREATE ROLE app LOGIN; END IF; END\$\$"
 

@@ -38,6 +38,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 source "$(dirname "$0")/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
+PG_BINDIR=$PG_BIN
+source "$here/cluster.sh"
 PG_CONFIG=$PG_BIN/pg_config
 
 duration=600 clients=1000 jobs=2 scale=10 max_active= sample_every=60 nsample=20
@@ -82,14 +84,11 @@ so="$("$PG_CONFIG" --pkglibdir)/pg_gatekeeper.so"
 # 1000 clients need more than 1024 descriptors in pgbench.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-dir=$(mktemp -d /var/tmp/pg_gatekeeper_soak.XXXXXX)
-chmod 755 "$dir"
-chown postgres: "$dir"
+dir=$(cluster_dir pg_gatekeeper_soak /var/tmp)
 data=$dir/data log=$dir/server.log port=5488
 pgbench_pid= started=0
 
-as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
-sql() { "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres -d postgres -c "$1"; }
+sql() { cluster_psql "$dir" postgres -d postgres -c "$1"; }
 
 cleanup() {
   local rc=$?
@@ -97,10 +96,7 @@ cleanup() {
     kill "$pgbench_pid" 2>/dev/null || true
     wait "$pgbench_pid" 2>/dev/null || true
   fi
-  if ((started)); then
-    as_pg "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t 60 stop >/dev/null 2>&1 ||
-      as_pg "$PG_BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
-  fi
+  if ((started)); then cluster_stop "$dir"; fi
   if ((keep)); then
     echo "cluster kept in $dir (server log: $log)"
   else
@@ -160,22 +156,11 @@ kb() { awk -v k="$1" 'BEGIN { if (k == "-") print "-"; else printf "%.1f MB", k 
 
 # -- cluster ----------------------------------------------------------------
 echo "== cluster in $dir"
-as_pg "$PG_BIN/initdb" -D "$data" -A trust -U postgres --no-sync -E UTF8 --no-locale >/dev/null
-cat >>"$data/postgresql.conf" <<CONF
-
-# pg_gatekeeper soak
-shared_preload_libraries = 'pg_gatekeeper'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-max_connections = $((clients + 50))
-shared_buffers = '256MB'
-fsync = off
-synchronous_commit = off
-log_line_prefix = '%m [%p] %a '
-CONF
-[[ -n $max_active ]] && echo "pg_gatekeeper.max_active = $max_active" >>"$data/postgresql.conf"
-as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$log" -w -t 120 start >/dev/null
+settings=("shared_preload_libraries = 'pg_gatekeeper'" "max_connections = $((clients + 50))"
+  "shared_buffers = '256MB'" "fsync = off" "synchronous_commit = off" "log_line_prefix = '%m [%p] %a '")
+[[ -n $max_active ]] && settings+=("pg_gatekeeper.max_active = $max_active")
+cluster_init --initdb --encoding=UTF8 --initdb --no-locale "$dir" "$port" "${settings[@]}"
+cluster_start "$dir" -t 120
 started=1
 pm_pid=$(head -1 "$data/postmaster.pid")
 sql "CREATE EXTENSION pg_gatekeeper; CREATE ROLE soak LOGIN;"
