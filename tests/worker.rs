@@ -265,7 +265,7 @@ fn deadlock_breaker_admits_a_block_parked_at_its_first_statement() {
 fn deadlock_breaker_admits_a_block_parked_holding_its_snapshot() {
     let c = Cluster::start(BREAKER_ONLY);
     create_t(&c);
-    c.admin_exec("CREATE TABLE u (id int); GRANT SELECT ON u TO app;");
+    c.admin_exec("CREATE TABLE u (id int); GRANT SELECT ON u TO app; GRANT CREATE ON SCHEMA public TO app;");
     let overflow_before = c.status().int("overflow_total");
     // CIC starts (admitted, the only place) and waits at its first lock
     // while B parks; the observer's lock is the one it waits for.
