@@ -124,12 +124,14 @@ DROP DOMAIN public.posint;
 
 -- ROLLBACK and an error abort hand the slot on too.
 SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 SELECT dblink_send_query('b', 'SELECT ''after rollback''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('a', 'ROLLBACK');
 SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 SELECT dblink_send_query('b', 'SELECT ''after error''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('a', 'SELECT 1/0', false);
@@ -142,17 +144,20 @@ SELECT dblink_exec('a', 'ROLLBACK');
 -- PREPARE TRANSACTION hands the slot on; COMMIT PREPARED needs none (it
 -- finishes a transaction that may hold locks that admitted sessions wait for).
 SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 SELECT dblink_send_query('b', 'SELECT ''after prepare''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('a', 'PREPARE TRANSACTION ''regress_gx''');
 SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT dblink_exec('b', 'BEGIN');
+SELECT * FROM dblink('b', 'SELECT 1') AS t(x int);
 SELECT dblink_exec('a', 'COMMIT PREPARED ''regress_gx''');
 SELECT dblink_exec('b', 'COMMIT');
 
 -- A savepoint rollback keeps the slot.
 SELECT dblink_exec('a', 'BEGIN');
+SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
 SELECT dblink_exec('a', 'SAVEPOINT s');
 SELECT dblink_exec('a', 'SELECT 1/0', false);
 SELECT dblink_exec('a', 'ROLLBACK TO SAVEPOINT s');

@@ -25,16 +25,16 @@ SELECT waited_total, (SELECT sum(waits) FROM gatekeeper.wait_histogram) AS histo
        wait_max_ms > 250 AS max_is_the_timed_out_wait, wait_p99_ms > 250 AS p99_too
   FROM gatekeeper.status;
 
--- A timed-out BEGIN leaves an aborted block: BEGIN itself completes after
--- the wait, the block's next statement reports the timeout and aborts the
--- block, what follows fails, and ROLLBACK works.
+-- BEGIN never waits; the block's first statement that needs an admission
+-- does, and its timeout aborts the block: what follows fails, and ROLLBACK
+-- works.
 SELECT dblink_exec('b', 'BEGIN', false) AS result;
 SELECT dblink_exec('b', 'SELECT 1', false) AS result;
 SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
 SELECT dblink_exec('b', 'SELECT 2', false) AS result;
 SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
 SELECT dblink_exec('b', 'ROLLBACK');
--- A timed-out BEGIN followed directly by COMMIT leaves nothing behind.
+-- A block with no statement that needs one waits for nothing.
 SELECT dblink_exec('b', 'BEGIN', false) AS result;
 SELECT dblink_exec('b', 'COMMIT');
 SELECT queue_timeouts_total, queued FROM gatekeeper.status;
@@ -44,7 +44,7 @@ SELECT dblink_send_query('b', 'SELECT ''b ran''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('c', 'SELECT 1', false) AS result;
 SELECT split_part(dblink_error_message('c'), E'\n', 1) AS error;
--- Turned away at BEGIN: the block's next statement reports it and aborts it.
+-- Turned away at a block's first statement, which reports it and aborts the block.
 SELECT dblink_exec('c', 'BEGIN', false) AS result;
 SELECT dblink_exec('c', 'SELECT 1', false) AS result;
 SELECT split_part(dblink_error_message('c'), E'\n', 1) AS error;
@@ -85,21 +85,21 @@ SELECT (SELECT sum(waits) FROM gatekeeper.wait_histogram)
        AS every_wait_counted
   FROM gatekeeper.status;
 SELECT dblink_exec('a', 'COMMIT');
--- A cancel while BEGIN waits leaves an aborted block, as a timeout does:
--- BEGIN completes, the next statement reports the cancel, what follows fails.
+-- A cancel while a block's first statement waits aborts the block, as a
+-- timeout does: the statement reports the cancel, what follows fails.
 SELECT dblink_disconnect('b');
 SELECT dblink_connect('b', regress.conninfo('regress_app'));
 SELECT pid AS b_pid FROM dblink('b', 'SELECT pg_backend_pid()') AS t(pid int) \gset
 SELECT dblink_exec('a', 'BEGIN');
 SELECT * FROM dblink('a', 'SELECT 1') AS t(x int);
-SELECT dblink_send_query('b', 'BEGIN');
+SELECT dblink_exec('b', 'BEGIN');
+SELECT dblink_send_query('b', 'SELECT 1');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT pg_cancel_backend(:b_pid);
 SELECT regress.wait_for('SELECT queued = 0 FROM gatekeeper.status');
-SELECT * FROM dblink_get_result('b', false) AS t(x text);
-SELECT * FROM dblink_get_result('b', false) AS t(x text);
-SELECT dblink_exec('b', 'SELECT 1', false) AS result;
+SELECT * FROM dblink_get_result('b', false) AS t(x int);
 SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
+SELECT * FROM dblink_get_result('b', false) AS t(x int);
 SELECT dblink_exec('b', 'SELECT 2', false) AS result;
 SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
 SELECT dblink_exec('b', 'ROLLBACK');

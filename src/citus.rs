@@ -10,11 +10,11 @@
 //!
 //! Citus starts every such transaction with one query string, `BEGIN ...;
 //! SELECT assign_distributed_transaction_id(node, number, stamp)`, from a
-//! connection named `citus_internal gpid=N`. Recognised here:
-//! - a session whose `application_name` has Citus's internal form takes no
-//!   admission at BEGIN (its first statement decides), where the database
-//!   has the `citus` extension;
-//! - that first statement, if it is exactly a call of Citus's own
+//! connection named `citus_internal gpid=N`. BEGIN takes no admission
+//! (docs/DESIGN.md §4): the block's first gated statement decides whether the
+//! block rides. Recognised here:
+//! - in a session whose `application_name` has Citus's internal form, a
+//!   first statement that is exactly a call of Citus's own
 //!   `assign_distributed_transaction_id` (the function is the `citus`
 //!   extension's member) with constant arguments, inside the block, lets
 //!   the rest of the transaction through. Any other first statement is
@@ -53,11 +53,6 @@ thread_local! {
     /// The OID of Citus's `assign_distributed_transaction_id` last verified
     /// in this session (a member of the `citus` extension).
     static ASSIGN_OID: Cell<Oid> = const { Cell::new(pg_sys::InvalidOid) };
-    /// The database was found to have the `citus` extension. Only a yes is
-    /// kept: Citus's connections live long and open a block per
-    /// distributed transaction. Kept after a DROP EXTENSION, it only defers
-    /// their BEGIN's admission to the next statement.
-    static CITUS_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The global PID in an application name of the form `<prefix><digits>`,
@@ -81,26 +76,9 @@ fn application_name() -> &'static [u8] {
     }
 }
 
-/// Whether the database has the `citus` extension. Needs a transaction.
-fn citus_here() -> bool {
-    if CITUS_HERE.with(|c| c.get()) {
-        return true;
-    }
-    // SAFETY: an index lookup in pg_extension, inside a transaction.
-    let here = unsafe { pg_sys::get_extension_oid(EXTENSION.as_ptr(), true) != pg_sys::InvalidOid };
-    CITUS_HERE.with(|c| c.set(here));
-    here
-}
-
 /// Whether this session is named like Citus's executor connections.
 fn named_internal() -> bool {
     global_pid(application_name(), INTERNAL_PREFIX).is_some()
-}
-
-/// BEGIN ran: whether its admission waits for the block's first statement,
-/// which may show that the block is a distributed transaction's.
-pub fn defers_begin() -> bool {
-    named_internal() && citus_here()
 }
 
 /// Whether this session is a superuser's connection named as one of

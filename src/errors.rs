@@ -36,6 +36,10 @@ pub fn row_mismatch(symbol: &str, function: &str, columns: i32, known: &str) -> 
     )
 }
 
+/// What the HINT of a wait's error says after "Retry": in an explicit block,
+/// the error aborts the block (docs/DESIGN.md §4).
+const AFTER_ROLLBACK: &str = " (in a transaction block, after ROLLBACK)";
+
 /// " in class \"x\"", or nothing for the class default.
 fn in_class(class: &ClassName) -> String {
     if class.is_empty() || class.as_str() == DEFAULT_CLASS {
@@ -61,42 +65,28 @@ pub struct QueueTimeout {
 }
 
 impl QueueTimeout {
-    /// `at_begin`: the wait was at BEGIN, and the block's next statement
-    /// raises it (see [`AtBegin`]).
-    fn raise_as(self, at_begin: bool) -> ! {
+    pub fn raise(self) -> ! {
         let QueueTimeout { waited_ms, timeout_ms, limit, queued, class, class_timeout } = self;
-        let (what, after, retry) = if at_begin {
-            ("BEGIN waited", " The transaction block is aborted.", "ROLLBACK and retry the transaction")
-        } else {
-            ("Waited", "", "Retry the transaction")
-        };
         let (setting, hint) = if class_timeout {
             (
                 format!("queue_timeout of class \"{}\" = {timeout_ms} ms", class.as_str()),
                 format!(
-                    "{retry}, or raise queue_timeout of class {} in pg_gatekeeper.classes, or its max_active.",
+                    "Retry the transaction{AFTER_ROLLBACK}, or raise queue_timeout of class {} in pg_gatekeeper.classes, or its max_active.",
                     class.as_str()
                 ),
             )
         } else {
             (
                 format!("pg_gatekeeper.queue_timeout = {timeout_ms} ms"),
-                format!("{retry}, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active."),
+                format!("Retry the transaction{AFTER_ROLLBACK}, or raise pg_gatekeeper.queue_timeout or pg_gatekeeper.max_active."),
             )
         };
         raise(
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
             "pg_gatekeeper: timed out waiting for admission".into(),
-            format!(
-                "{what} {waited_ms} ms{} ({setting}); limit {limit}, {queued} still queued.{after}",
-                in_class(&class)
-            ),
+            format!("Waited {waited_ms} ms{} ({setting}); limit {limit}, {queued} still queued.", in_class(&class)),
             &hint,
         )
-    }
-
-    pub fn raise(self) -> ! {
-        self.raise_as(false)
     }
 }
 
@@ -112,29 +102,25 @@ pub struct QueueFull {
 }
 
 impl QueueFull {
-    /// `at_begin`: turned away at BEGIN, and the block's next statement
-    /// raises it (see [`AtBegin`]).
-    fn raise_as(self, at_begin: bool) -> ! {
+    pub fn raise(self) -> ! {
         let QueueFull { queued, max_queued, limit, class, full } = self;
-        let (after, retry) = if at_begin {
-            (" BEGIN was turned away; the transaction block is aborted.", "ROLLBACK and retry later")
-        } else {
-            ("", "Retry later")
-        };
         let (detail, hint) = match full {
             Full::Gate => (
                 format!(
-                    "{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}{}.{after}",
+                    "{queued} sessions are queued (pg_gatekeeper.max_queued = {max_queued}); limit {limit}{}.",
                     in_class(&class).replace(" in class", ", this session's class")
                 ),
-                format!("{retry}, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active."),
+                format!("Retry later{AFTER_ROLLBACK}, or raise pg_gatekeeper.max_queued or pg_gatekeeper.max_active."),
             ),
             Full::Class => (
                 format!(
-                    "{queued} sessions of class \"{}\" are queued (its max_queued = {max_queued}); limit {limit}.{after}",
+                    "{queued} sessions of class \"{}\" are queued (its max_queued = {max_queued}); limit {limit}.",
                     class.as_str()
                 ),
-                format!("{retry}, or raise max_queued of class {} in pg_gatekeeper.classes.", class.as_str()),
+                format!(
+                    "Retry later{AFTER_ROLLBACK}, or raise max_queued of class {} in pg_gatekeeper.classes.",
+                    class.as_str()
+                ),
             ),
         };
         raise(
@@ -143,45 +129,5 @@ impl QueueFull {
             detail,
             &hint,
         )
-    }
-
-    pub fn raise(self) -> ! {
-        self.raise_as(false)
-    }
-}
-
-/// An error that ended BEGIN's wait for admission, kept so that the block's
-/// next gated statement raises it. Raised while BEGIN itself runs, any error
-/// would end the block (PostgreSQL's AbortCurrentTransaction in TBLOCK_BEGIN
-/// goes back to idle), and statements the client already sent would then
-/// run outside the transaction it asked for. Raised by the next statement,
-/// it aborts the block, and they fail instead.
-#[derive(Debug)]
-pub enum AtBegin {
-    Timeout(QueueTimeout),
-    QueueFull(QueueFull),
-    /// An ERROR raised by an interrupt while parked (cancel,
-    /// statement_timeout), with PostgreSQL's own SQLSTATE and message.
-    Interrupted {
-        code: PgSqlErrorCode,
-        message: String,
-        detail: Option<String>,
-    },
-}
-
-impl AtBegin {
-    pub fn raise(self) -> ! {
-        match self {
-            AtBegin::Timeout(t) => t.raise_as(true),
-            AtBegin::QueueFull(f) => f.raise_as(true),
-            AtBegin::Interrupted { code, message, detail } => {
-                let note = "It ended BEGIN's wait for admission; the transaction block is aborted.";
-                let detail = match detail {
-                    Some(d) => format!("{d} {note}"),
-                    None => note.to_string(),
-                };
-                raise(code, message, detail, "ROLLBACK and retry the transaction.")
-            }
-        }
     }
 }

@@ -12,13 +12,8 @@
 //! - FATAL (terminate, lost client, postmaster death): the backend exits and
 //!   `session::on_exit` leaves the queue, since FATAL does not unwind.
 //!
-//! At BEGIN no error is raised: a timeout, a full queue or an interrupt's
-//! ERROR is kept (`errors::AtBegin`) and raised by the block's next gated
-//! statement. PostgreSQL turns an error raised while BEGIN itself runs into
-//! "BEGIN failed, back to idle" (AbortCurrentTransaction, TBLOCK_BEGIN),
-//! whereas an error in the next statement aborts the block, so that
-//! statements the client already sent fail instead of running outside the
-//! transaction it asked for (docs/DESIGN.md §4).
+//! Every wait is a statement's (never BEGIN's, docs/DESIGN.md §4), so its
+//! error is that statement's: in a block, it aborts the block.
 //!
 //! How the sleep itself notices a lost client is in `park`.
 
@@ -30,7 +25,7 @@ use gatekeeper_core::{Abandon, Full, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::{AtBegin, QueueFull, QueueTimeout};
+use crate::errors::{QueueFull, QueueTimeout};
 use crate::{gucs, park, session, shmem};
 
 /// Longest single sleep; the loop re-checks its state at least this often
@@ -38,21 +33,9 @@ use crate::{gucs, park, session, shmem};
 /// 1,000 of them at one second would be 1,000 wake-ups a second.
 const MAX_SLEEP: Duration = Duration::from_secs(10);
 
-/// Where the admission is taken.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Point {
-    /// Right after BEGIN / START TRANSACTION ran.
-    Begin,
-    /// A statement that needs admission.
-    Statement,
-}
-
 /// Take an admission for the current transaction, parking if needed.
 /// The caller has checked that the session is gated and not yet admitted.
-pub fn admit(point: Point) {
-    if let Some(e) = session::take_deferred() {
-        e.raise();
-    }
+pub fn admit() {
     let slot = session::ensure_attached();
     if session::is_exempt(slot) || crate::citus::is_internal_superuser() {
         // Decided once per transaction: a reload that ends the exemption
@@ -84,12 +67,7 @@ pub fn admit(point: Point) {
                 Full::Gate => max_queued,
                 Full::Class => class.params.max_queued,
             };
-            let e = QueueFull { queued, max_queued: bound, limit, class: class.name, full };
-            if point == Point::Begin {
-                session::defer(AtBegin::QueueFull(e));
-                return;
-            }
-            e.raise()
+            QueueFull { queued, max_queued: bound, limit, class: class.name, full }.raise()
         }
         Request::Queued { position } => {
             // The first session to queue starts the worker's sampling; while
@@ -97,7 +75,7 @@ pub fn admit(point: Point) {
             if position == 1 {
                 shmem::wake_worker();
             }
-            wait(slot, now, point, &class);
+            wait(slot, now, &class);
         }
     }
 }
@@ -157,7 +135,7 @@ fn leave(slot: usize, why: Abandon) -> bool {
     left
 }
 
-fn wait(slot: usize, started_us: i64, point: Point, class: &Class) {
+fn wait(slot: usize, started_us: i64, class: &Class) {
     let mut guard = Parked { slot, armed: true };
     // The class's own timeout, where it has one, else the session's.
     let class_timeout = class.params.queue_timeout_ms >= 0;
@@ -183,19 +161,15 @@ fn wait(slot: usize, started_us: i64, point: Point, class: &Class) {
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {
-                let t = QueueTimeout {
+                QueueTimeout {
                     waited_ms,
                     timeout_ms,
                     limit,
                     queued: queued.saturating_sub(1),
                     class: class.name,
                     class_timeout,
-                };
-                if point == Point::Begin {
-                    session::defer(AtBegin::Timeout(t));
-                    return;
                 }
-                t.raise();
+                .raise();
             }
             return; // admitted at the last moment
         }
@@ -206,45 +180,8 @@ fn wait(slot: usize, started_us: i64, point: Point, class: &Class) {
         if sleeper.sleep(now, sleep_ms) == park::Woke::ClientGone {
             client_lost(&mut guard);
         }
-        if point == Point::Begin {
-            if let Some(e) = interrupt_error() {
-                guard.armed = false;
-                // If the ticket came as the interrupt did, BEGIN succeeded:
-                // as PostgreSQL ignores a cancel that lands once a statement
-                // is done, the error is dropped and the block goes on.
-                if leave(slot, Abandon::Cancel) {
-                    session::defer(e);
-                }
-                return;
-            }
-        } else {
-            pg_sys::check_for_interrupts!();
-        }
-    }
-}
-
-/// CHECK_FOR_INTERRUPTS, returning the ERROR it raises (cancel,
-/// statement_timeout) instead of raising it. A FATAL (terminate, postmaster
-/// death) does not return, as ever. Catching is safe here: the parked loop
-/// holds no lock, pin or buffer, and pgrx's boundary has already copied the
-/// error and flushed PostgreSQL's error state.
-fn interrupt_error() -> Option<AtBegin> {
-    use pgrx::pg_sys::panic::CaughtError;
-    PgTryBuilder::new(|| {
         pg_sys::check_for_interrupts!();
-        None
-    })
-    .catch_others(|e| match e {
-        CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) if r.level() == PgLogLevel::ERROR => {
-            Some(AtBegin::Interrupted {
-                code: r.sql_error_code(),
-                message: r.message().to_string(),
-                detail: r.detail().map(str::to_string),
-            })
-        }
-        other => other.rethrow(),
-    })
-    .execute()
+    }
 }
 
 /// The client hung up while we were parked: leave the queue and end the

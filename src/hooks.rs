@@ -1,11 +1,13 @@
 //! The admission points (docs/DESIGN.md §4), installed
 //! from one `init()`.
 //!
-//! - Explicit blocks: `BEGIN` / `START TRANSACTION` run first, then park.
-//! - Implicit transactions: the first of post_parse_analyze, planner,
-//!   ExecutorStart or ProcessUtility that sees a gated statement parks.
-//!   ExecutorStart and ProcessUtility are needed because with prepared
-//!   statements they are the only hooks that fire on each execution.
+//! - Every transaction, an explicit block's included, is admitted at its
+//!   first gated statement: the first of post_parse_analyze, planner,
+//!   ExecutorStart or ProcessUtility that sees one parks. ExecutorStart and
+//!   ProcessUtility are needed because with prepared statements they are
+//!   the only hooks that fire on each execution. BEGIN / START TRANSACTION
+//!   take no admission: a block that idles after BEGIN holds no place, and
+//!   the wait's error is the first statement's own, which aborts the block.
 //! - Statements that neither touch relations nor need a snapshot pass
 //!   (see [`Utility::classify`]), and so do plain reads of pg_gatekeeper's
 //!   own views by members of pg_monitor (see `monitor`).
@@ -99,7 +101,7 @@ unsafe fn admit_query(query: *mut pg_sys::Query) {
     if unsafe { citus::starts_distributed_transaction(query) } {
         session::pass_this_transaction();
     } else {
-        gate::admit(gate::Point::Statement);
+        gate::admit();
     }
 }
 
@@ -116,7 +118,7 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
         if explain_only || unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
             free = true;
         } else {
-            gate::admit(gate::Point::Statement);
+            gate::admit();
         }
     }
     session::note_statement();
@@ -134,15 +136,13 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_before_function_execute() {
     if needs_admission() {
-        gate::admit(gate::Point::Statement);
+        gate::admit();
     }
 }
 
 /// How a utility statement is admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Utility {
-    /// BEGIN / START TRANSACTION: run it, then park.
-    Begin,
     /// Needs no admission.
     Free,
     /// Admitted before it runs; internal commits keep the admission.
@@ -164,18 +164,18 @@ impl Utility {
                 T_TransactionStmt => {
                     let t = &*(stmt as *mut pg_sys::TransactionStmt);
                     match t.kind {
-                        pg_sys::TransactionStmtKind::TRANS_STMT_BEGIN
-                        | pg_sys::TransactionStmtKind::TRANS_STMT_START => Utility::Begin,
                         pg_sys::TransactionStmtKind::TRANS_STMT_COMMIT if t.chain => {
                             Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT)
                         }
                         pg_sys::TransactionStmtKind::TRANS_STMT_ROLLBACK if t.chain => {
                             Utility::Chain(pg_sys::XactEvent::XACT_EVENT_ABORT)
                         }
-                        // COMMIT, ROLLBACK, savepoints, PREPARE TRANSACTION,
-                        // and COMMIT/ROLLBACK PREPARED: the last two finish a
-                        // prepared transaction that may hold locks admitted
-                        // sessions wait for, so parking them could deadlock.
+                        // BEGIN / START TRANSACTION (the block's first gated
+                        // statement is admitted), COMMIT, ROLLBACK, savepoints,
+                        // PREPARE TRANSACTION, and COMMIT/ROLLBACK PREPARED:
+                        // the last two finish a prepared transaction that may
+                        // hold locks admitted sessions wait for, so parking
+                        // them could deadlock.
                         _ => Utility::Free,
                     }
                 }
@@ -224,14 +224,12 @@ unsafe fn evaluates_parameters(stmt: *mut pg_sys::Node) -> bool {
 mod after {
     /// Nothing.
     pub const NOTHING: i32 = 0;
-    /// BEGIN ran: take the admission now.
-    pub const BEGIN: i32 = 1;
     /// COMMIT AND CHAIN ran.
-    pub const CHAIN_COMMIT: i32 = 2;
+    pub const CHAIN_COMMIT: i32 = 1;
     /// ROLLBACK AND CHAIN ran.
-    pub const CHAIN_ROLLBACK: i32 = 3;
+    pub const CHAIN_ROLLBACK: i32 = 2;
     /// A gated utility statement ran under its admission: leave its scope.
-    pub const GATED: i32 = 4;
+    pub const GATED: i32 = 3;
 }
 
 /// Before a utility statement: admit it if it is gated, and say what to do
@@ -246,12 +244,11 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
     // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility statement.
     match unsafe { Utility::classify((*pstmt).utilityStmt) } {
         Utility::Free => after::NOTHING,
-        Utility::Begin => after::BEGIN,
         Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT) => after::CHAIN_COMMIT,
         Utility::Chain(_) => after::CHAIN_ROLLBACK,
         Utility::Gated => {
             if needs_admission() {
-                gate::admit(gate::Point::Statement);
+                gate::admit();
             }
             session::enter_utility();
             // SAFETY: as above.
@@ -268,8 +265,6 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
     match action {
-        // A Citus connection's block is decided by its first statement.
-        after::BEGIN if needs_admission() && !citus::defers_begin() => gate::admit(gate::Point::Begin),
         // It ran, so the block ends at the next transaction event and the
         // chained one starts (an error before then means no chain: the mark
         // is then cleared without effect). In an aborted block the

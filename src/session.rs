@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::AtBegin;
 use crate::{gucs, shmem};
 
 struct Local {
@@ -32,9 +31,6 @@ struct Local {
     /// Depth of gated utility statements being executed; while above zero,
     /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
     utility_depth: Cell<u32>,
-    /// An error that ended the wait at BEGIN, to be raised by the block's
-    /// next gated statement (see `errors::AtBegin`).
-    deferred: Cell<Option<AtBegin>>,
     /// COMMIT/ROLLBACK AND CHAIN ran in an admitted block: at this
     /// transaction event the admission passes to the chained transaction
     /// instead of being released.
@@ -57,7 +53,6 @@ thread_local! {
             passed: Cell::new(false),
             exempt: Cell::new(None),
             utility_depth: Cell::new(0),
-            deferred: Cell::new(None),
             chain_at: Cell::new(None),
             last_statement: Cell::new(0),
             applied_limit: Cell::new(None),
@@ -139,24 +134,11 @@ pub fn pass_this_transaction() {
 /// only this backend's flags; the caller releases any admission, see
 /// `gate::end_transaction`).
 pub fn forget_transaction() {
-    LOCAL.with(|l| {
-        l.passed.set(false);
-        // A failed BEGIN followed directly by COMMIT or ROLLBACK: nothing in
-        // the block needed the gate.
-        l.deferred.set(None);
-    });
+    LOCAL.with(|l| l.passed.set(false));
 }
 
 pub fn slot() -> usize {
     LOCAL.with(|l| l.slot.get())
-}
-
-pub fn defer(e: AtBegin) {
-    LOCAL.with(|l| l.deferred.set(Some(e)));
-}
-
-pub fn take_deferred() -> Option<AtBegin> {
-    LOCAL.with(|l| l.deferred.take())
 }
 
 /// A chained COMMIT (at `XACT_EVENT_COMMIT`) or ROLLBACK (at

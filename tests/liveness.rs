@@ -29,11 +29,13 @@ fn create_t(c: &Cluster) {
     );
 }
 
-/// `n` sessions that each open a block (admitted at BEGIN) and then read
-/// `t`, which waits for `A`'s lock. Returns them once all wait on it.
+/// `n` sessions that each open a block (admitted at its first statement)
+/// and then read `t`, which waits for `A`'s lock. Returns them once all wait
+/// on it. (A first statement that read `t` would wait for the lock in parse
+/// analysis, before it asks for an admission, and hold no place.)
 fn lock_waiters(c: &Cluster, n: usize) -> Vec<Running> {
     let waiters: Vec<Running> =
-        (0..n).map(|k| c.app(&format!("B{k}")).spawn("BEGIN; SELECT count(*) FROM t; COMMIT")).collect();
+        (0..n).map(|k| c.app(&format!("B{k}")).spawn("BEGIN; SELECT 1; SELECT count(*) FROM t; COMMIT")).collect();
     wait_until(&format!("{n} sessions wait on A's lock or in the queue"), Duration::from_secs(20), || {
         c.admin_i64(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'B%'

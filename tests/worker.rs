@@ -217,6 +217,80 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     c.assert_quiet();
 }
 
+/// One ticket, and the progress guarantee out of the way: only the breaker
+/// can admit over the limit.
+const BREAKER_ONLY: &[(&str, &str)] =
+    &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1"), ("pg_gatekeeper.progress_timeout", "1h")];
+
+/// Whether the session named `name` holds a granted lock on relation `rel`.
+fn holds_lock_on(c: &Cluster, name: &str, rel: &str) -> bool {
+    let sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE relation = '{rel}'::regclass AND granted AND pid = {}",
+        c.pid_of(name)
+    );
+    c.admin_i64(&sql) > 0
+}
+
+/// Explicit blocks: B's block parks at its first statement, which holds the
+/// AccessShareLock on t that its parse analysis took (BEGIN took no place);
+/// A, admitted in its own block, then runs ALTER TABLE t and waits on B.
+#[test]
+fn deadlock_breaker_admits_a_block_parked_at_its_first_statement() {
+    let c = Cluster::start(BREAKER_ONLY);
+    create_t(&c);
+    let a = idle_in_transaction(&c, "A");
+    let overflow_before = c.status().int("overflow_total");
+
+    let b_run = c.app("B").spawn_with(|client| {
+        client.batch_execute("BEGIN")?;
+        client.batch_execute("SELECT count(*) FROM t")
+    });
+    c.wait_queued("B");
+    assert!(holds_lock_on(&c, "B", "t"), "B parked without its parse-time lock");
+
+    let a_run = a.spawn("ALTER TABLE t ADD COLUMN c int");
+    let mut b = b_run.join_ok(PROMPT).session;
+    assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+    // A waits for B's lock until B's block ends.
+    assert_eq!(c.wait_event("A").0.as_deref(), Some("Lock"));
+    b.ok("COMMIT");
+    let mut a = a_run.join_ok(PROMPT).session;
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
+/// In REPEATABLE READ a parked first statement holds the transaction's
+/// snapshot: CREATE INDEX CONCURRENTLY, admitted, waits for it (a lock on
+/// B's virtual transaction id), and the breaker admits B.
+#[test]
+fn deadlock_breaker_admits_a_block_parked_holding_its_snapshot() {
+    let c = Cluster::start(BREAKER_ONLY);
+    create_t(&c);
+    c.admin_exec("CREATE TABLE u (id int); GRANT SELECT ON u TO app; GRANT CREATE ON SCHEMA public TO app;");
+    let overflow_before = c.status().int("overflow_total");
+    // CIC starts (admitted, the only place) and waits at its first lock
+    // while B parks; the observer's lock is the one it waits for.
+    let mut blocker = c.superuser("blocker");
+    blocker.ok("BEGIN; LOCK TABLE t IN SHARE MODE");
+    let a_run = c.app("A").spawn("CREATE INDEX CONCURRENTLY t_v ON t (v)");
+    c.wait_for_event("A", "relation");
+    assert_eq!(c.status().admitted(), 1);
+
+    let b_run = c.app("B").spawn_with(|client| {
+        client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")?;
+        client.batch_execute("SELECT count(*) FROM u")
+    });
+    c.wait_queued("B");
+    blocker.ok("COMMIT");
+
+    let mut b = b_run.join_ok(Duration::from_secs(5)).session;
+    assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+    b.ok("COMMIT");
+    a_run.join_ok(PROMPT);
+    assert_eq!(c.admin_i64("SELECT count(*) FROM pg_index WHERE indexrelid = 't_v'::regclass AND indisvalid"), 1);
+    c.assert_quiet();
+}
+
 /// The breaker cannot be used to stay over the limit: sessions that hold a
 /// session-level lock someone waits for, and loop short statements, park
 /// between them holding the lock. While their queue moves they get in in

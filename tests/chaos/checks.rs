@@ -71,18 +71,15 @@ pub(crate) fn log_summary(log: &str) -> String {
 /// Exact:
 /// - queue_timeouts_total == the 53000 errors the app_to sessions received.
 ///   Only app_to has a queue timeout (app and psql run with 0 = forever).
-///   Every timed-out wait raises exactly one 53000 to its client: at once,
-///   or, for BEGIN, at the block's next gated statement, and app_to always
-///   sends one after BEGIN. Nothing else can end an app_to wait or hide its
-///   error: no fault is injected into app_to and it has no statement_timeout.
-///   The server log must agree too.
-/// - rejected_total >= the 53400 errors that app_to sessions received + the
-///   53400 in the log for app sessions and psql clients (psql clients may be
-///   SIGKILLed before they read theirs), and == the 53400 in the log, but
-///   for rejections at BEGIN that were never raised: a rejection at BEGIN
-///   is raised by the block's next gated statement, and a terminate, a
-///   psql kill or a cancel that lands first (57014 instead) loses it. So the
-///   excess is at most those faults. The app sessions' own count is within
+///   Every timed-out wait raises exactly one 53000 to its client, from the
+///   statement that waited (a block's first gated one, never BEGIN). Nothing
+///   else can end an app_to wait or hide its error: no fault is injected into
+///   app_to and it has no statement_timeout. The server log must agree too.
+/// - rejected_total == the 53400 in the log: a rejection is raised at once
+///   by the statement turned away, and logged whatever becomes of its client;
+///   and == the 53400 errors that app_to sessions received + the 53400 in the
+///   log for app sessions and psql clients (psql clients may be SIGKILLed
+///   before they read theirs). The app sessions' own count is within
 ///   [log - terminates received, log].
 /// - overflow_total == the deadlock breaker's log lines (it logs each).
 /// - sum(wait_histogram) == waited_total + queue_timeouts_total +
@@ -145,23 +142,13 @@ pub(crate) fn check_totals(
     };
     let log_rejected = rejections("");
     let (log_rejected_a, log_rejected_psql) = (rejections("] a"), rejections("] psql-"));
-    // Rejections at BEGIN whose deferred error a fault may have swallowed.
-    let swallowable = faults.fault("terminated")
-        + faults.fault("psql killed")
-        + faults.fault("psql killed otherwise")
-        + a.err("57014");
-    check(
-        log_rejected <= rejected && rejected <= log_rejected + swallowable,
-        format!(
-            "rejected_total {rejected} but {log_rejected} in the log (+ at most {swallowable} swallowed by faults)"
-        ),
-    );
+    check(rejected == log_rejected, format!("rejected_total {rejected} but {log_rejected} in the log"));
     let seen = t.err("53400") + log_rejected_a + log_rejected_psql;
     check(
-        seen <= rejected && rejected <= seen + swallowable,
+        rejected == seen,
         format!(
             "rejected_total {rejected} but app_to sessions received {} 53400 errors, and the log has {log_rejected_a} \
-             for app sessions and {log_rejected_psql} for psql (+ at most {swallowable} swallowed by faults)",
+             for app sessions and {log_rejected_psql} for psql",
             t.err("53400")
         ),
     );

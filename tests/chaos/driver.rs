@@ -215,7 +215,8 @@ impl<'a> Driver<'a> {
                 Ok(1)
             }
             Kind::BlockIdle => {
-                // Admitted at BEGIN, then idle in transaction on the client.
+                // Admitted at its first statement, then idle in transaction
+                // on the client.
                 self.exec("BEGIN")?;
                 let s = self.sel();
                 self.exec(&s)?;
@@ -282,8 +283,8 @@ impl<'a> Driver<'a> {
                 r.map(|()| 1)
             }
             Kind::StmtTimeoutBegin => {
-                // statement_timeout while BEGIN parks: BEGIN completes, the
-                // SELECT reports 57014 and the block is aborted (cleanup
+                // statement_timeout while the block's first statement parks:
+                // the SELECT reports 57014 and the block is aborted (cleanup
                 // rolls it back).
                 let ms = self.rng.range(5, 60);
                 self.exec(&format!("SET statement_timeout = {ms}"))?;

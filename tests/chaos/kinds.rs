@@ -51,9 +51,7 @@ pub(crate) const A_KINDS: &[(u64, Kind)] = &[
 ];
 
 /// No statement_timeout and nothing that could end a wait other than the
-/// queue timeout itself; a BEGIN is always followed by a gated statement,
-/// so that a queue timeout deferred from BEGIN is always raised (a BEGIN
-/// followed directly by ROLLBACK would swallow it, by design).
+/// queue timeout itself.
 pub(crate) const T_KINDS: &[(u64, Kind)] = &[
     (250, Kind::SelectImplicit),
     (150, Kind::UpdateImplicit),

@@ -16,7 +16,7 @@
 //! The chaos test (`chaos_keeps_the_gate_exact`) drives, at once:
 //! - "a" sessions (role `app`, 3/4 of the sessions): explicit and implicit
 //!   transactions, prepared statements, errors inside blocks then ROLLBACK,
-//!   savepoints, explicit rollbacks, `statement_timeout` firing at BEGIN and
+//!   savepoints, explicit rollbacks, `statement_timeout` firing at a block's first statement and
 //!   on parked or running statements, client-side idling inside blocks (so
 //!   that idle holders lend their places), LOCK TABLE behind parked lock
 //!   holders (deadlock breaker), VACUUM/ANALYZE and a procedure that

@@ -55,8 +55,8 @@ pub(crate) fn monitor(c: &Cluster, sh: &Shared) -> Peaks {
         if oldest > 60_000.0 {
             violation(format!("a session has waited {oldest} ms: {}", s.0));
         }
-        // Parking happens at BEGIN or at the first statement of an implicit
-        // transaction, before anything is written: a parked session with a
+        // Parking happens at the first gated statement of a transaction,
+        // explicit block or implicit, before anything is written: a parked session with a
         // transaction id was parked in the middle of its transaction. The
         // gate and pg_stat_activity are read at slightly different moments
         // (a session may commit and park in between), so only the same pid

@@ -8,9 +8,9 @@ use crate::common::{count_lines, crash_lines, sqlstate, wait_until, Cluster};
 const TWO_TICKETS: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")];
 
 /// `pg_ctl restart -m fast` while one session runs, one idles in its
-/// transaction and two are parked (one at BEGIN): the shutdown does not
-/// wait for the parked sessions, the server comes back with a clean gate,
-/// the worker returns, and parking works again.
+/// transaction and two are parked (one at a block's first statement): the
+/// shutdown does not wait for the parked sessions, the server comes back
+/// with a clean gate, the worker returns, and parking works again.
 #[test]
 fn pg_ctl_restart_fast_with_parked_sessions() {
     let c = Cluster::start(TWO_TICKETS);
@@ -78,8 +78,8 @@ fn pg_ctl_restart_fast_with_parked_sessions() {
 
 /// The gate lives in shared memory, independent of the SQL objects:
 /// `DROP EXTENSION` while sessions run, idle in a transaction and are
-/// parked (at BEGIN and at a statement) breaks nothing; parked sessions
-/// are still admitted in order and new ones still park; after `CREATE
+/// parked (in a block and in an implicit transaction) breaks nothing;
+/// parked sessions are still admitted in order and new ones still park; after `CREATE
 /// EXTENSION` the views show the live state and the totals kept counting.
 #[test]
 fn drop_and_create_extension_while_sessions_are_parked() {

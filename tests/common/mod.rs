@@ -766,6 +766,42 @@ impl Wire {
         self.write(&buf);
     }
 
+    /// Run `sql` with the simple query protocol (message `Q`) and wait for the answer.
+    pub fn query(&mut self, sql: &str) -> WireReply {
+        let mut body = vec![];
+        Wire::cstr(&mut body, sql);
+        let mut buf = vec![];
+        Wire::message(&mut buf, b'Q', &body);
+        self.write(&buf);
+        self.reply()
+    }
+
+    /// Send Parse, Bind and Execute of each of `statements` (unnamed, no
+    /// parameters), then one Sync, in a single write, as a client's pipeline
+    /// sends them; without waiting for the answer ([`Wire::read_reply`]).
+    pub fn send_pipeline(&mut self, statements: &[&str]) {
+        let mut buf = vec![];
+        for sql in statements {
+            let mut parse = vec![];
+            Wire::cstr(&mut parse, "");
+            Wire::cstr(&mut parse, sql);
+            parse.extend_from_slice(&0i16.to_be_bytes());
+            let mut bind = vec![];
+            Wire::cstr(&mut bind, "");
+            Wire::cstr(&mut bind, "");
+            Wire::text_args(&mut bind, &[]);
+            bind.extend_from_slice(&0i16.to_be_bytes());
+            let mut execute = vec![];
+            Wire::cstr(&mut execute, "");
+            execute.extend_from_slice(&0i32.to_be_bytes());
+            Wire::message(&mut buf, b'P', &parse);
+            Wire::message(&mut buf, b'B', &bind);
+            Wire::message(&mut buf, b'E', &execute);
+        }
+        Wire::message(&mut buf, b'S', &[]);
+        self.write(&buf);
+    }
+
     /// Send Sync and read the answer to everything sent since the last one.
     pub fn sync(&mut self) -> WireReply {
         let mut buf = vec![];

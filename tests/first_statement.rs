@@ -1,0 +1,292 @@
+//! Every transaction is admitted at its first statement that needs an
+//! admission, explicit blocks included (docs/DESIGN.md §4): BEGIN takes no
+//! place and never waits; the block's first gated statement parks, holding
+//! what its parse analysis took, and raises the wait's error itself.
+//!
+//! One ticket and no lending, as in `gate.rs`; a holder idles in its block
+//! with the only place. `queue_timeout` is a safety net only (a wait that
+//! should end never hangs the test), except where a test sets its own.
+//! Every test ends with `assert_quiet`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{sqlstate, wait_until, Cluster, Session, Wire, WireReply};
+
+/// The progress guarantee is out of the way: the holder idles on purpose.
+const CONF: &[(&str, &str)] = &[
+    ("pg_gatekeeper.max_active", "1"),
+    ("pg_gatekeeper.max_tickets", "1"),
+    ("pg_gatekeeper.queue_timeout", "5s"),
+    ("pg_gatekeeper.progress_timeout", "1h"),
+];
+
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// Table `t` (one row) that `app` may read and write.
+fn cluster() -> Cluster {
+    let c = Cluster::start(CONF);
+    c.admin_exec(
+        "CREATE TABLE t (id int PRIMARY KEY);
+         INSERT INTO t VALUES (1);
+         GRANT ALL ON t TO app;",
+    );
+    c
+}
+
+/// A gated session whose block holds the only place.
+fn holder(c: &Cluster) -> Session {
+    let mut h = c.app("holder");
+    h.ok("BEGIN; SELECT 1");
+    assert_eq!(c.status().admitted(), 1);
+    h
+}
+
+/// BEGIN returns at once, with the gate full, and takes no place.
+fn begin(c: &Cluster, s: &mut Session, sql: &str) {
+    let t0 = Instant::now();
+    s.ok(sql);
+    assert!(t0.elapsed() < Duration::from_millis(500), "{sql} waited {:?}", t0.elapsed());
+    let st = c.status();
+    assert_eq!((st.admitted(), st.queued()), (1, 0), "{sql} alone took or asked for a place");
+}
+
+/// The statement that the session named `name` runs now (pg_stat_activity).
+fn current_query(c: &Cluster, name: &str) -> String {
+    let rows = c.admin_query("SELECT query FROM pg_stat_activity WHERE application_name = $1", &[&name]);
+    rows.first().map(|r| r.get(0)).unwrap_or_default()
+}
+
+/// Whether the session named `name` holds a lock on table `t`.
+fn locks_t(c: &Cluster, name: &str) -> bool {
+    c.admin_i64(&format!(
+        "SELECT count(*) FROM pg_locks
+          WHERE relation = 't'::regclass AND granted AND pid = {}",
+        c.pid_of(name)
+    )) > 0
+}
+
+#[test]
+fn begin_takes_no_place_and_the_first_statement_parks_holding_its_locks() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let mut w = c.app("waiter");
+    begin(&c, &mut w, "BEGIN");
+    // Statements that need no admission run in the block meanwhile.
+    w.ok("SET LOCAL work_mem = '8MB'; SAVEPOINT s; SHOW work_mem");
+    assert_eq!(c.status().queued(), 0);
+
+    let run = w.spawn("SELECT count(*) FROM t");
+    c.wait_queued("waiter");
+    assert_eq!(current_query(&c, "waiter"), "SELECT count(*) FROM t");
+    assert!(locks_t(&c, "waiter"), "the parked statement holds its parse-time lock on t");
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    // Admitted for the rest of the block.
+    assert_eq!(c.session("waiter").unwrap().state, "idle in transaction");
+    w.ok("SELECT 2; COMMIT");
+    c.assert_quiet();
+}
+
+/// The wait's error comes from the first statement, which aborts the block:
+/// what follows fails with 25P02 until ROLLBACK.
+#[test]
+fn a_timed_out_first_statement_aborts_the_block() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.queue_timeout", "300ms"),
+        ("pg_gatekeeper.progress_timeout", "1h"),
+    ]);
+    let mut h = holder(&c);
+    let mut w = c.app("waiter");
+    begin(&c, &mut w, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    let t0 = Instant::now();
+    let r = w.exec("SELECT 1");
+    assert!(t0.elapsed() >= Duration::from_millis(250), "the first statement did not wait: {:?}", t0.elapsed());
+    assert_eq!(sqlstate(&r).as_deref(), Some("53000"), "{r:?}");
+    let e = r.unwrap_err();
+    let detail = e.as_db_error().and_then(|d| d.detail()).unwrap_or_default().to_string();
+    assert!(detail.starts_with("Waited "), "DETAIL: {detail}");
+    let r = w.exec("SELECT 2");
+    assert_eq!(sqlstate(&r).as_deref(), Some("25P02"), "{r:?}");
+    w.ok("ROLLBACK");
+    let s = c.status();
+    assert_eq!((s.int("queue_timeouts_total"), s.queued(), s.admitted()), (1, 0, 1));
+    h.ok("COMMIT");
+    w.ok("BEGIN; SELECT 1; COMMIT");
+    c.assert_quiet();
+}
+
+/// Prepared statements, as `pgbench -M prepared` runs them: Parse once,
+/// then Bind and Execute of the named statement in each block; and SQL's
+/// PREPARE / EXECUTE.
+#[test]
+fn a_prepared_statement_first_in_a_block_parks() {
+    let c = cluster();
+    let mut w = c.app("waiter");
+    // Prepared while the gate is open.
+    let stmt = w.client.prepare("SELECT count(*) + $1 FROM t").unwrap();
+    w.ok("PREPARE p(int) AS SELECT count(*) + $1 FROM t");
+    let mut h = holder(&c);
+
+    begin(&c, &mut w, "BEGIN");
+    let run = w.spawn_with(move |client| {
+        let rows = client.query(&stmt, &[&41i64])?;
+        assert_eq!(rows[0].get::<_, i64>(0), 42);
+        Ok(())
+    });
+    c.wait_queued("waiter");
+    assert!(locks_t(&c, "waiter"));
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    w.ok("COMMIT");
+
+    let mut h = holder(&c);
+    begin(&c, &mut w, "BEGIN");
+    let run = w.spawn("EXECUTE p(1)");
+    c.wait_queued("waiter");
+    assert_eq!(current_query(&c, "waiter"), "EXECUTE p(1)");
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    w.ok("COMMIT");
+    c.assert_quiet();
+}
+
+/// A named statement executed over the extended protocol in a block opened
+/// with the simple protocol.
+#[test]
+fn a_bound_named_statement_first_in_a_block_parks() {
+    let c = cluster();
+    let mut w = Wire::connect(&c, "app", "waiter");
+    assert!(matches!(w.parse("s", "SELECT count(*) + $1::int FROM t"), WireReply::Value(None)));
+    let mut h = holder(&c);
+    let t0 = Instant::now();
+    assert!(matches!(w.query("BEGIN"), WireReply::Value(None)));
+    assert!(t0.elapsed() < Duration::from_millis(500), "BEGIN waited {:?}", t0.elapsed());
+    assert_eq!(c.status().queued(), 0);
+    let run = std::thread::spawn(move || {
+        w.send_bind_execute("s", &["41"]);
+        let r = w.read_reply();
+        (w, r)
+    });
+    c.wait_queued("waiter");
+    assert!(locks_t(&c, "waiter"));
+    h.ok("COMMIT");
+    wait_until("the execution returns", PROMPT, || run.is_finished());
+    let (mut w, r) = run.join().unwrap();
+    assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "{r:?}");
+    assert!(matches!(w.query("COMMIT"), WireReply::Value(None)));
+    c.assert_quiet();
+}
+
+/// A pipeline sends the whole block before reading anything: BEGIN runs,
+/// the first statement parks, and the rest follows once it is admitted. With
+/// a timeout, the first statement's error skips the rest up to Sync and
+/// leaves the block aborted.
+#[test]
+fn a_pipelined_block_parks_at_its_first_statement() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let mut w = Wire::connect(&c, "app", "waiter");
+    let run = std::thread::spawn(move || {
+        w.send_pipeline(&["BEGIN", "SELECT count(*) FROM t", "INSERT INTO t VALUES (2)", "COMMIT"]);
+        let r = w.read_reply();
+        (w, r)
+    });
+    c.wait_queued("waiter");
+    assert_eq!(current_query(&c, "waiter"), "SELECT count(*) FROM t");
+    assert!(locks_t(&c, "waiter"));
+    h.ok("COMMIT");
+    wait_until("the pipeline returns", PROMPT, || run.is_finished());
+    let (_, r) = run.join().unwrap();
+    assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "1"), "{r:?}");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 2);
+
+    // A short timeout for the next session of app alone.
+    c.admin_exec("ALTER ROLE app SET pg_gatekeeper.queue_timeout = '300ms'");
+    let mut h = holder(&c);
+    let mut w = Wire::connect(&c, "app", "short");
+    w.send_pipeline(&["BEGIN", "INSERT INTO t VALUES (3)", "COMMIT"]);
+    match w.read_reply() {
+        WireReply::Error { code, .. } => assert_eq!(code, "53000"),
+        r => panic!("expected 53000, got {r:?}"),
+    }
+    // The client has the error before the backend reports its new state.
+    wait_until("the block is aborted", PROMPT, || {
+        c.activity_state("short").as_deref() == Some("idle in transaction (aborted)")
+    });
+    match w.query("SELECT 1") {
+        WireReply::Error { code, .. } => assert_eq!(code, "25P02"),
+        r => panic!("expected 25P02, got {r:?}"),
+    }
+    assert!(matches!(w.query("ROLLBACK"), WireReply::Value(None)));
+    h.ok("COMMIT");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 2);
+    c.assert_quiet();
+}
+
+/// DECLARE is the block's first gated statement; FETCH runs under its
+/// admission.
+#[test]
+fn a_cursor_declared_first_in_a_block_parks() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let mut w = c.app("waiter");
+    begin(&c, &mut w, "BEGIN");
+    let run = w.spawn("DECLARE cur CURSOR FOR SELECT id FROM t");
+    c.wait_queued("waiter");
+    assert_eq!(current_query(&c, "waiter"), "DECLARE cur CURSOR FOR SELECT id FROM t");
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    let rows = w.client.query("FETCH 2 FROM cur", &[]).unwrap();
+    assert_eq!(rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>(), [1]);
+    assert_eq!(c.session("waiter").unwrap().state, "idle in transaction");
+    w.ok("CLOSE cur; COMMIT");
+    c.assert_quiet();
+}
+
+/// CALL is the block's first gated statement; the procedure runs under its
+/// admission.
+#[test]
+fn a_procedure_called_first_in_a_block_parks() {
+    let c = cluster();
+    c.admin_exec(
+        "CREATE PROCEDURE add_row(n int) LANGUAGE sql AS 'INSERT INTO t VALUES (n)';
+         GRANT EXECUTE ON PROCEDURE add_row(int) TO app;",
+    );
+    let mut h = holder(&c);
+    let mut w = c.app("waiter");
+    begin(&c, &mut w, "BEGIN");
+    let run = w.spawn("CALL add_row(5)");
+    c.wait_queued("waiter");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 1, "the procedure ran unadmitted");
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    w.ok("COMMIT");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 2);
+    c.assert_quiet();
+}
+
+/// A block that is idle after BEGIN holds no place, and COMMIT AND CHAIN of
+/// such a block starts a chained block that is admitted at its first gated
+/// statement in turn.
+#[test]
+fn an_idle_block_holds_no_place_and_its_chain_is_admitted_at_its_first_statement() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let mut w = c.app("waiter");
+    begin(&c, &mut w, "BEGIN");
+    begin(&c, &mut w, "COMMIT AND CHAIN");
+    let run = w.spawn("SELECT 1");
+    c.wait_queued("waiter");
+    h.ok("COMMIT");
+    let mut w = run.join_ok(PROMPT).session;
+    // The admitted chained block passes its admission on to the next.
+    w.ok("COMMIT AND CHAIN");
+    assert_eq!(c.session("waiter").unwrap().state, "idle in transaction");
+    assert_eq!(c.status().admitted(), 1);
+    w.ok("SELECT 2; COMMIT");
+    c.assert_quiet();
+}
