@@ -33,11 +33,11 @@ RESET ROLE;
 
 -- Two classes; a reload applies them.
 ALTER SYSTEM SET pg_gatekeeper.classes =
-  'reporting (max_active = 1, queue_timeout = 30s, max_queued = 5), oltp (reserve = 1, weight = 3)';
+  'reporting (max_active = 1, queue_timeout = 30s, max_queued = 5), oltp (reserve = 1, weight = 3), long (max_active = 1)';
 ALTER SYSTEM SET pg_gatekeeper.max_active = 2;
 ALTER SYSTEM SET pg_gatekeeper.max_tickets = 2;
 SELECT pg_reload_conf();
-SELECT regress.wait_for('SELECT count(*) = 3 FROM gatekeeper.classes');
+SELECT regress.wait_for('SELECT count(*) = 4 FROM gatekeeper.classes');
 SELECT class, defined, max_active, reserve, reserve_in_force, weight, queue_timeout_ms, max_queued,
        admitted, running, stalled, queued
   FROM gatekeeper.classes ORDER BY class;
@@ -80,7 +80,7 @@ ALTER ROLE regress_other RESET pg_gatekeeper.class;
 ALTER ROLE regress_app RESET pg_gatekeeper.class;
 ALTER SYSTEM RESET pg_gatekeeper.classes;
 SELECT pg_reload_conf();
-SELECT regress.wait_for('SELECT count(*) = 1 FROM gatekeeper.classes');
+SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
 SELECT class, defined FROM gatekeeper.classes;
 SELECT regress.quiet();
 ALTER SYSTEM RESET ALL;

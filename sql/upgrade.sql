@@ -58,6 +58,13 @@ ALTER EXTENSION pg_gatekeeper UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
 SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
+DROP EXTENSION pg_gatekeeper;
+CREATE EXTENSION pg_gatekeeper VERSION '0.4.0';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+SELECT * FROM fresh EXCEPT SELECT * FROM regress.gatekeeper_objects();
+SELECT * FROM regress.gatekeeper_objects() EXCEPT SELECT * FROM fresh;
 
 -- And it works.
 SELECT max_active > 0 AS has_limit, stalled >= 0 AS has_stalled, limit_reason IS NOT NULL AS has_reason

@@ -19,8 +19,9 @@
 
 use std::time::Duration;
 
-use gatekeeper_core::admission::DEFAULT;
+use gatekeeper_core::admission::{DEFAULT, LONG};
 use gatekeeper_core::classes::{ClassName, ClassParams};
+use gatekeeper_core::shapes::{Change, Lane};
 use gatekeeper_core::{Abandon, Full, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -35,7 +36,10 @@ const MAX_SLEEP: Duration = Duration::from_secs(10);
 
 /// Take an admission for the current transaction, parking if needed.
 /// The caller has checked that the session is gated and not yet admitted.
-pub fn admit() {
+/// `query_id` is PostgreSQL's query id of the statement that asks (0 when
+/// it has none): the transaction's shape, which may route it to the long
+/// lane or to a class a DBA chose (docs/DESIGN.md §15).
+pub fn admit(query_id: u64) {
     let slot = session::ensure_attached();
     if session::is_exempt(slot) || crate::citus::is_internal_superuser() {
         // Decided once per transaction: a reload that ends the exemption
@@ -46,9 +50,21 @@ pub fn admit() {
     session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
+    // SAFETY: MyDatabaseId is set once the backend connected.
+    let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+    let automatic = gucs::long_lane() == gucs::LongLane::On;
     let (req, limit, class) = gucs::with_class_name(|name| {
         let (req, limit, class) = shmem::with_gate(|mut l| {
-            let index = if name.is_empty() { Some(DEFAULT) } else { l.gate.class_index(name) };
+            // An explicit class wins over the shape's lane.
+            let index = if !name.is_empty() {
+                l.gate.class_index(name)
+            } else {
+                Some(match l.shapes.take_lane(db, query_id, now) {
+                    Lane::Routed(c) => l.gate.class_index(c.as_str()).unwrap_or(DEFAULT),
+                    Lane::Long if automatic => LONG,
+                    _ => DEFAULT,
+                })
+            };
             let known = index.is_some();
             let index = index.unwrap_or(DEFAULT);
             let r = l.gate.request(slot, index, now, max_queued);
@@ -60,6 +76,7 @@ pub fn admit() {
         }
         (req, limit, class)
     });
+    session::set_shape(db, query_id, now);
     match req {
         Request::Admitted => session::set_admitted(true),
         Request::Rejected { queued, full } => {
@@ -128,7 +145,7 @@ impl Drop for Parked {
 /// Returns whether we left the queue (false: we are admitted).
 fn leave(slot: usize, why: Abandon) -> bool {
     let now = crate::now_us();
-    let left = shmem::with_gate(|mut l| l.gate.abandon(slot, now, why));
+    let left = shmem::with_gate_waking(|mut l, wake| l.gate.abandon(slot, now, why, wake));
     if !left {
         session::set_admitted(true);
     }
@@ -234,7 +251,39 @@ pub fn release() {
     session::set_admitted(false);
     let slot = session::slot();
     let now = crate::now_us();
-    shmem::with_gate_waking(|mut l, wake| l.gate.release(slot, now, wake));
+    let shape = session::take_shape();
+    // SAFETY: GetUserId reads a backend-local variable.
+    let user = u32::from(unsafe { pg_sys::GetUserId() });
+    let change = shmem::with_gate_waking(|mut l, wake| {
+        let change = shape.and_then(|(db, query_id, admitted_us)| {
+            let ran_long = l.gate.slot(slot).long_run;
+            let held_us = (now - admitted_us).max(0) as u64;
+            l.shapes.record(db, query_id, user, held_us, ran_long, now).map(|c| (c, db, query_id))
+        });
+        l.gate.release(slot, now, wake);
+        change
+    });
+    if let Some((change, db, query_id)) = change {
+        log_lane_change(change, db, query_id);
+    }
+}
+
+/// Say in the server log that a shape entered or left the long lane.
+fn log_lane_change(change: Change, db: u32, query_id: u64) {
+    let query_id = query_id as i64;
+    match (change, gucs::long_lane()) {
+        (Change::Entered, gucs::LongLane::On) => pgrx::log!(
+            "pg_gatekeeper: query {query_id} of database {db} ran long; its transactions are admitted in the long lane"
+        ),
+        (Change::Entered, gucs::LongLane::DryRun) => pgrx::log!(
+            "pg_gatekeeper: query {query_id} of database {db} ran long; its transactions would be admitted in the long lane (long_lane = dry_run)"
+        ),
+        (Change::Left, _) => pgrx::log!(
+            "pg_gatekeeper: query {query_id} of database {db} ran short {} times in a row; it leaves the long lane",
+            gatekeeper_core::shapes::LEAVE_AFTER
+        ),
+        _ => {}
+    }
 }
 
 /// The transaction is over: give back its admission and forget what was

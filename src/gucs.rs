@@ -54,6 +54,10 @@ static STALL_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_STALL_TIM
 /// a CPU or done I/O) for this long, and nobody was admitted, the head of
 /// the queue is admitted over the limit, in ms (docs/DESIGN.md §13).
 static PROGRESS_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PROGRESS_TIMEOUT_MS);
+/// Entries of the query-shape table (docs/DESIGN.md §15); 0 = no shapes.
+static MAX_SHAPES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_SHAPES);
+/// What the long lane does with long work.
+static LONG_LANE: GucSetting<LongLane> = GucSetting::<LongLane>::new(LongLane::On);
 /// The class definitions (see `gatekeeper_core::classes`).
 static CLASSES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
 /// This session's class. SUSET: a session cannot move itself.
@@ -72,6 +76,27 @@ pub const DEFAULT_STALL_TIMEOUT_MS: i32 = 500;
 /// single admission in the scope restarts the clock), short enough that a
 /// wait cycle through a client or another server costs about a second.
 pub const DEFAULT_PROGRESS_TIMEOUT_MS: i32 = 1000;
+/// As many shapes as pg_stat_statements keeps statements by default.
+pub const DEFAULT_MAX_SHAPES: i32 = 5000;
+
+/// `pg_gatekeeper.long_lane`: what the gate does with long work
+/// (docs/DESIGN.md §15).
+#[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LongLane {
+    /// Shapes that ran long are admitted in the lane `long`, and holders
+    /// of class `default` seen computing past `stall_timeout` move into it;
+    /// computing holders are never relieved.
+    #[name = c"on"]
+    On,
+    /// Shapes are learnt, and what `on` would route is counted and logged;
+    /// admission and stall relief are as with `off`.
+    #[name = c"dry_run"]
+    DryRun,
+    /// No automatic routing: every stalled holder is relieved, as before
+    /// the lane existed. Routes set by hand still apply.
+    #[name = c"off"]
+    Off,
+}
 /// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
 const MAX_BACKENDS: i32 = 0x3FFFF;
 
@@ -292,6 +317,24 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_enum_guc(
+        c"pg_gatekeeper.long_lane",
+        c"What the gate does with long work: on, dry_run or off.",
+        c"on: transactions whose first query ran long recently are admitted in the class long, capped while other work waits, and computing holders are never relieved. dry_run: only count and log what on would route. off: relieve every stalled holder, as before.",
+        &LONG_LANE,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_gatekeeper.max_shapes",
+        c"Number of query shapes the gate remembers (0 = none).",
+        c"A shape is a database and the query id of a transaction's first gated statement; the least recently seen are evicted.",
+        &MAX_SHAPES,
+        0,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.history_size",
         c"Number of samples kept in gatekeeper.history (0 = none).",
@@ -347,6 +390,12 @@ pub fn history_interval_ms() -> u32 {
 }
 pub fn history_size() -> usize {
     HISTORY_SIZE.get() as usize
+}
+pub fn max_shapes() -> usize {
+    MAX_SHAPES.get() as usize
+}
+pub fn long_lane() -> LongLane {
+    LONG_LANE.get()
 }
 /// `progress_timeout` in microseconds.
 pub fn progress_timeout_us() -> i64 {

@@ -101,7 +101,8 @@ unsafe fn admit_query(query: *mut pg_sys::Query) {
     if unsafe { citus::starts_distributed_transaction(query) } {
         session::pass_this_transaction();
     } else {
-        gate::admit();
+        // SAFETY: per the caller.
+        gate::admit(unsafe { (*query).queryId });
     }
 }
 
@@ -118,7 +119,8 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
         if explain_only || unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
             free = true;
         } else {
-            gate::admit();
+            // SAFETY: a QueryDesc being started has its PlannedStmt.
+            gate::admit(unsafe { (*(*query_desc).plannedstmt).queryId });
         }
     }
     session::note_statement();
@@ -136,7 +138,8 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_before_function_execute() {
     if needs_admission() {
-        gate::admit();
+        // No statement: no shape.
+        gate::admit(0);
     }
 }
 
@@ -248,7 +251,8 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
         Utility::Chain(_) => after::CHAIN_ROLLBACK,
         Utility::Gated => {
             if needs_admission() {
-                gate::admit();
+                // SAFETY: as above.
+                gate::admit(unsafe { (*pstmt).queryId });
             }
             session::enter_utility();
             // SAFETY: as above.

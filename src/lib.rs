@@ -36,6 +36,7 @@ mod monitor;
 mod park;
 mod procs;
 mod session;
+mod shapes_api;
 mod shmem;
 mod worker;
 
@@ -57,6 +58,12 @@ pub extern "C-unwind" fn _PG_init() {
         errors::not_preloaded();
     }
     forget_rust_backtrace();
+    // Query ids name the shapes the gate learns (docs/DESIGN.md §15): have
+    // PostgreSQL compute them, as pg_stat_statements does, unless
+    // compute_query_id is off.
+    // SAFETY: called from _PG_init while shared_preload_libraries load, as
+    // PostgreSQL requires.
+    unsafe { pg_sys::EnableQueryId() };
     gucs::init();
     // The settings reach a new gate through the path every reload takes.
     shmem::init(|| {

@@ -16,7 +16,7 @@
 use std::fs;
 
 use gatekeeper_core::adaptive::{self, Bounds};
-use gatekeeper_core::classes::ClassParams;
+use gatekeeper_core::classes::{ClassParams, LONG_CLASS};
 use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::cpus;
 use pgrx::pg_sys;
@@ -195,7 +195,14 @@ pub fn apply() -> CpuSource {
     let loaded = unsafe { pg_sys::PgReloadTime };
     let r = resolve();
     let defs = gucs::classes();
-    let list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
+    let mut list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
+    // The long lane's cap, unless the setting gives one: one per effective
+    // CPU, so that long work alone cannot take more than the CPUs while
+    // short work waits (docs/DESIGN.md §15).
+    if !list.iter().any(|&(name, _)| name == LONG_CLASS) {
+        let cap = r.effective_cpus.ceil().max(1.0) as u32;
+        list.push((LONG_CLASS, ClassParams { max_active: cap, ..ClassParams::default() }));
+    }
     let now = crate::now_us();
     let no_room = shmem::with_gate_waking(|mut l, wake| {
         let (limit, reason) = adaptive::on_reload(r.manual, r.bounds, l.gate.header().limit, l.status.reason());

@@ -38,6 +38,9 @@ struct Local {
     /// The statement start (PostgreSQL's statement timestamp) last written
     /// to our run start, so that each statement writes it once.
     last_statement: Cell<i64>,
+    /// This transaction's shape (database, query id of its first gated
+    /// statement) and when it was admitted: recorded when it ends.
+    shape: Cell<Option<(u32, u64, i64)>>,
     /// The limit settings' generation (`gucs::limit_generation`) this
     /// process last applied or found in force; `None` before its first
     /// admission.
@@ -55,6 +58,7 @@ thread_local! {
             utility_depth: Cell::new(0),
             chain_at: Cell::new(None),
             last_statement: Cell::new(0),
+            shape: Cell::new(None),
             applied_limit: Cell::new(None),
         }
     };
@@ -82,6 +86,16 @@ pub fn set_admitted(v: bool) {
             shmem::run_start(l.slot.get()).store(crate::now_us(), Ordering::Relaxed);
         }
     });
+}
+
+/// Remember the shape of the transaction just admitted (see `gate::release`).
+pub fn set_shape(db: u32, query_id: u64, admitted_us: i64) {
+    LOCAL.with(|l| l.shape.set((query_id != 0).then_some((db, query_id, admitted_us))));
+}
+
+/// The shape of the transaction that ends, once.
+pub fn take_shape() -> Option<(u32, u64, i64)> {
+    LOCAL.with(|l| l.shape.take())
 }
 
 /// A statement starts, or goes on, in an admitted transaction: keep the run

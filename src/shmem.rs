@@ -3,11 +3,12 @@
 //! Layout (one `ShmemInitStruct` named "pg_gatekeeper", MAXALIGNed parts):
 //! `Shared` header | `[Slot; nslots]` (one per PGPROC number below
 //! MaxBackends) | `[HistorySample; history_cap]` | `[Activity; nslots]`
-//! (what each holder runs, see [`activity`]).
+//! (what each holder runs, see [`activity`]) | `[Shape; shapes_cap]` (the
+//! query shapes, `gatekeeper_core::shapes`).
 //!
 //! Locking protocol:
 //! - `Shared::lock` (one LWLock of the "pg_gatekeeper" tranche) guards the
-//!   gate header, every slot, the history ring and `status`. Every change
+//!   gate header, every slot, the history ring, the shapes and `status`. Every change
 //!   takes it in exclusive mode through [`with_gate`]; readers that need a
 //!   consistent picture (the views) take it in shared mode through
 //!   [`with_gate_shared`], copy what they need, and build tuples only after
@@ -15,7 +16,7 @@
 //!   (The copies are Rust vectors: an allocation failure there aborts the
 //!   process, as out-of-memory does anywhere in Rust code, and the
 //!   postmaster's crash restart then rebuilds the segment, lock included.)
-//! - `nslots`, `history_cap` and `lock` are written once, by the postmaster
+//! - `nslots`, `history_cap`, `shapes_cap` and `lock` are written once, by the postmaster
 //!   at startup, and read without the lock afterwards.
 //! - `worker_procno` is an atomic so that a parking backend can wake the
 //!   worker without the lock; `applied_reload` is an atomic read at every
@@ -39,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 use gatekeeper_core::adaptive::{Bounds, Reason};
 use gatekeeper_core::history::{HistorySample, Ring};
+use gatekeeper_core::shapes::{Shape, Shapes};
 use gatekeeper_core::{Gate, GateHeader, Slot};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -51,6 +53,7 @@ pub struct Shared {
     lock: *mut pg_sys::LWLock,
     nslots: u32,
     history_cap: u32,
+    shapes_cap: u32,
     /// PGPROC number of the worker, -1 while it is not running.
     worker_procno: AtomicI32,
     /// The latest configuration load (PgReloadTime) whose limit and classes
@@ -120,13 +123,53 @@ fn align(n: usize) -> usize {
     n.div_ceil(a) * a
 }
 
-/// Offsets of the slots, the history and the activities, and the total size.
-fn offsets(nslots: usize, history_cap: usize) -> (usize, usize, usize, usize) {
-    let slots_at = align(size_of::<Shared>());
-    let history_at = align(slots_at + nslots * size_of::<Slot>());
-    let runs_at = align(history_at + history_cap * size_of::<HistorySample>());
-    let total = align(runs_at + nslots * size_of::<Activity>());
-    (slots_at, history_at, runs_at, total)
+/// The sizes of the segment's arrays.
+#[derive(Clone, Copy)]
+struct Dims {
+    nslots: usize,
+    history_cap: usize,
+    shapes_cap: usize,
+}
+
+impl Dims {
+    /// From the settings (postmaster, at startup).
+    fn configured() -> Dims {
+        // SAFETY: MaxBackends is set before shared memory is requested.
+        let nslots = unsafe { pg_sys::MaxBackends } as usize;
+        Dims { nslots, history_cap: gucs::history_size(), shapes_cap: gucs::max_shapes() }
+    }
+
+    /// From a live segment.
+    ///
+    /// SAFETY: `p` must be the live segment.
+    unsafe fn of(p: *const Shared) -> Dims {
+        // SAFETY: per the caller; these fields are written once at startup.
+        unsafe {
+            Dims {
+                nslots: (*p).nslots as usize,
+                history_cap: (*p).history_cap as usize,
+                shapes_cap: (*p).shapes_cap as usize,
+            }
+        }
+    }
+}
+
+/// Where each array begins, and the total size.
+struct Offsets {
+    slots: usize,
+    history: usize,
+    runs: usize,
+    shapes: usize,
+    total: usize,
+}
+
+fn offsets(d: Dims) -> Offsets {
+    let slots = align(size_of::<Shared>());
+    let history = align(slots + d.nslots * size_of::<Slot>());
+    let runs = align(history + d.history_cap * size_of::<HistorySample>());
+    let shapes = align(runs + d.nslots * size_of::<Activity>());
+    let total = align(shapes + d.shapes_cap * size_of::<Shape>());
+    Offsets { slots, history, runs, shapes, total }
 }
 
 /// Install the shared-memory hooks. Called once from `_PG_init`.
@@ -154,8 +197,7 @@ unsafe extern "C-unwind" fn shmem_request() {
             #[allow(ffi_unwind_calls)] // inside pgrx's guard
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
-        let (.., total) = offsets(pg_sys::MaxBackends as usize, gucs::history_size());
-        pg_sys::RequestAddinShmemSpace(total);
+        pg_sys::RequestAddinShmemSpace(offsets(Dims::configured()).total);
         pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 1);
     }
 }
@@ -169,9 +211,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
             #[allow(ffi_unwind_calls)] // inside pgrx's guard
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
-        let nslots = pg_sys::MaxBackends as usize;
-        let history_cap = gucs::history_size();
-        let (.., total) = offsets(nslots, history_cap);
+        let dims = Dims::configured();
+        let Offsets { slots: slots_at, total, .. } = offsets(dims);
+        let nslots = dims.nslots;
         let addin_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
         pg_sys::LWLockAcquire(addin_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
@@ -180,7 +222,8 @@ unsafe extern "C-unwind" fn shmem_startup() {
             ptr::write_bytes(p as *mut u8, 0, total);
             (*p).lock = &raw mut (*pg_sys::GetNamedLWLockTranche(NAME.as_ptr())).lock;
             (*p).nslots = nslots as u32;
-            (*p).history_cap = history_cap as u32;
+            (*p).history_cap = dims.history_cap as u32;
+            (*p).shapes_cap = dims.shapes_cap as u32;
             (*p).worker_procno = AtomicI32::new(-1);
             // Nothing measured yet. The limit's fields are the settings',
             // written by `configure` below; from "manual", an automatic
@@ -192,7 +235,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 reason: Reason::Manual as u8,
                 ..LimitStatus::default()
             };
-            let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(offsets(nslots, 0).0) as *mut Slot, nslots);
+            let slots = std::slice::from_raw_parts_mut(p.cast::<u8>().add(slots_at) as *mut Slot, nslots);
             Gate::new(&mut (*p).header, slots).init(0, crate::now_us());
         }
         pg_sys::LWLockRelease(addin_lock);
@@ -230,10 +273,9 @@ pub fn activity(i: usize) -> &'static Activity {
     // creation (a valid value for each), and `nslots` is written once at
     // startup. An index out of range panics before any pointer is formed.
     unsafe {
-        let nslots = (*p).nslots as usize;
-        assert!(i < nslots, "slot {i} out of range");
-        let (.., runs_at, _) = offsets(nslots, (*p).history_cap as usize);
-        &*(p.cast::<u8>().add(runs_at) as *const Activity).add(i)
+        let dims = Dims::of(p);
+        assert!(i < dims.nslots, "slot {i} out of range");
+        &*(p.cast::<u8>().add(offsets(dims).runs) as *const Activity).add(i)
     }
 }
 
@@ -255,6 +297,7 @@ pub struct Locked<'a> {
     pub status: &'a mut LimitStatus,
     pub ring: &'a mut Ring,
     pub history: &'a mut [HistorySample],
+    pub shapes: Shapes<'a>,
 }
 
 /// Releases the LWLock when dropped, on unwinding too.
@@ -277,13 +320,19 @@ fn with_lock<R>(mode: pg_sys::LWLockMode::Type, f: impl FnOnce(Locked<'_>) -> R)
         let lock = (*p).lock;
         pg_sys::LWLockAcquire(lock, mode);
         let _guard = LockGuard(lock);
-        let nslots = (*p).nslots as usize;
-        let cap = (*p).history_cap as usize;
-        let (slots_at, history_at, ..) = offsets(nslots, cap);
+        let dims = Dims::of(p);
+        let at = offsets(dims);
         let base = p.cast::<u8>();
-        let slots = std::slice::from_raw_parts_mut(base.add(slots_at) as *mut Slot, nslots);
-        let history = std::slice::from_raw_parts_mut(base.add(history_at) as *mut HistorySample, cap);
-        f(Locked { gate: Gate::new(&mut (*p).header, slots), status: &mut (*p).status, ring: &mut (*p).ring, history })
+        let slots = std::slice::from_raw_parts_mut(base.add(at.slots) as *mut Slot, dims.nslots);
+        let history = std::slice::from_raw_parts_mut(base.add(at.history) as *mut HistorySample, dims.history_cap);
+        let shapes = std::slice::from_raw_parts_mut(base.add(at.shapes) as *mut Shape, dims.shapes_cap);
+        f(Locked {
+            gate: Gate::new(&mut (*p).header, slots),
+            status: &mut (*p).status,
+            ring: &mut (*p).ring,
+            history,
+            shapes: Shapes::new(shapes),
+        })
     }
 }
 

@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gatekeeper_core::adaptive;
+use gatekeeper_core::admission::{DEFAULT, LONG};
 use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
@@ -207,10 +208,11 @@ fn sample_and_steer(
     live: &mut liveness::Liveness,
 ) -> (u32, u32) {
     let stall_us = gucs::stall_timeout_us();
+    let lane_on = gucs::long_lane() == gucs::LongLane::On;
     let mut scan = live.scan();
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
-    let mut changes: Vec<(usize, bool)> = vec![];
+    let mut changes: Vec<(usize, Act)> = vec![];
     let (busy, working) = shmem::with_gate_shared(|l| {
         let (mut busy, mut working) = (0u32, 0u32);
         let h = l.gate.header();
@@ -224,24 +226,47 @@ fn sample_and_steer(
             // One reading of the wait event serves every decision below.
             let wait = procs::holder_wait(i);
             if h.queued > 0 {
-                scan.holder(wait, s.pid, s.class as usize, !s.stalled || stalled_count);
+                let counts = s.class as usize != LONG && (!s.stalled || stalled_count);
+                scan.holder(wait, s.pid, s.class as usize, counts);
             }
             let uses_server = wait != pg_sys::PG_WAIT_CLIENT;
             let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
-            let stalled = uses_server && stall_us > 0 && ran_us >= stall_us;
+            let long = uses_server && stall_us > 0 && ran_us >= stall_us;
+            // On a CPU: no wait event, or a wait for an LWLock, which
+            // computing backends contend on.
+            let computes = wait == 0 || wait == pg_sys::PG_WAIT_LWLOCK;
+            // With the lane on, computing is never relieved: it moves into
+            // the lane or keeps counting where it is.
+            let stalled = long && !(lane_on && computes);
             busy += uses_server as u32;
             working += (uses_server && !stalled && wait != pg_sys::PG_WAIT_LOCK) as u32;
+            if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
+                changes.push((i, Act::RanLong));
+            }
+            if lane_on && long && computes && s.class as usize == DEFAULT {
+                changes.push((i, Act::ToLane));
+            }
             if stalled != s.stalled {
-                changes.push((i, stalled));
+                changes.push((i, Act::Stall(stalled)));
             }
         }
         (busy, working)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let h = shmem::with_gate_waking(|mut l, wake| {
-        for &(i, stalled) in &changes {
-            // The slot may have released since we looked: then nothing changes.
-            l.gate.set_stalled(i, stalled, now, wake);
+        for &(i, act) in &changes {
+            // The slot may have released since we looked: then nothing
+            // changes. (It may also belong to a new transaction of the same
+            // backend since, which costs that one a sample's accuracy.)
+            match act {
+                Act::Stall(stalled) => {
+                    l.gate.set_stalled(i, stalled, now, wake);
+                }
+                Act::RanLong => l.gate.mark_long_run(i),
+                Act::ToLane => {
+                    l.gate.move_to_lane(i, now, wake);
+                }
+            }
         }
         let recent_demand = demand.observe(now, l.gate.take_demand_peak());
         let h = *l.gate.header();
@@ -301,6 +326,18 @@ fn sample_and_steer(
     // (timeouts, cancels) starts a new queue's quiet time afresh.
     live.finish(scan, &h, now, gucs::progress_timeout_us());
     (h.queued, h.stalled)
+}
+
+/// What a sample changes for one holder.
+#[derive(Clone, Copy)]
+enum Act {
+    /// Relieved, or counted again.
+    Stall(bool),
+    /// Seen working past `stall_timeout`: its transaction ran long.
+    RanLong,
+    /// Seen computing past `stall_timeout` in class `default`, with the
+    /// long lane on: into the lane, if it has room.
+    ToLane,
 }
 
 fn record_history(hist: &mut HistoryState, now: i64) {

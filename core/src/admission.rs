@@ -29,13 +29,17 @@
 //! every call (the extension holds its LWLock in exclusive mode); this
 //! module itself has no locking.
 
-use crate::classes::{ClassName, ClassParams, DEFAULT_CLASS, MAX_CLASSES};
+use crate::classes::{ClassName, ClassParams, DEFAULT_CLASS, LONG_CLASS, MAX_CLASSES};
 use crate::histogram::Histogram;
 
 /// "No slot": the end of a queue link.
 pub const NIL: u32 = u32::MAX;
 /// Index of the class `default` in the class table.
 pub const DEFAULT: usize = 0;
+/// Index of the long lane, the built-in class `long` (docs/DESIGN.md §15).
+pub const LONG: usize = 1;
+/// The long lane's cap when no setting gives one.
+pub const LONG_DEFAULT_CAP: u32 = 1;
 
 /// What a backend's slot says about it.
 #[repr(u8)]
@@ -169,23 +173,49 @@ pub struct GateHeader {
 }
 
 impl GateHeader {
-    /// Stalled holders that do not count against the tickets: at most `limit`.
+    /// Stalled holders that do not count against the tickets: those outside
+    /// the long lane (whose holders never count), at most `limit`.
     pub fn relieved(&self) -> u32 {
-        self.stalled.min(self.limit)
+        (self.stalled - self.classes[LONG].stalled).min(self.limit)
     }
-    /// Holders that count against the tickets.
+    /// Holders that count against the tickets: not in the long lane, not
+    /// relieved.
     pub fn counted(&self) -> u32 {
-        self.holders - self.relieved()
+        self.holders - self.classes[LONG].admitted - self.relieved()
+    }
+    /// Whether sessions of classes other than the long lane are queued.
+    fn others_queued(&self) -> bool {
+        self.queued > self.classes[LONG].queued
+    }
+    /// How many holders the long lane may have now: its cap while others
+    /// wait, and while nobody else waits, at least as many as the tickets
+    /// (work-conserving: long work alone may use every place). A cap of 0
+    /// means no cap.
+    pub fn lane_cap(&self) -> u32 {
+        match self.classes[LONG].params.max_active {
+            0 => u32::MAX,
+            cap if self.others_queued() => cap,
+            cap => cap.max(self.tickets),
+        }
+    }
+    /// Whether class `k` may take one more holder as far as its own cap goes.
+    pub fn below_cap(&self, k: usize) -> bool {
+        if k == LONG {
+            self.classes[LONG].admitted < self.lane_cap()
+        } else {
+            self.classes[k].below_cap()
+        }
     }
     /// Whether class `k` has sessions queued that its cap holds back.
     pub fn held_at_cap(&self, k: usize) -> bool {
-        let c = &self.classes[k];
-        c.queued > 0 && !c.below_cap()
+        self.classes[k].queued > 0 && !self.below_cap(k)
     }
     /// Whether the gate itself holds sessions back: some class below its cap
-    /// has sessions queued, and no place is free.
+    /// has sessions queued, and no place is free. The long lane's queue is
+    /// held back only by its own cap.
     pub fn holds_back(&self) -> bool {
-        self.counted() >= self.tickets && self.classes.iter().any(|c| c.queued > 0 && c.below_cap())
+        self.counted() >= self.tickets
+            && (0..MAX_CLASSES).any(|k| k != LONG && self.classes[k].queued > 0 && self.below_cap(k))
     }
 }
 
@@ -200,6 +230,9 @@ pub struct Slot {
     pub overflow: bool,
     /// The current admission is stalled (see [`Gate::set_stalled`]).
     pub stalled: bool,
+    /// The current admission was seen working past `stall_timeout` (see
+    /// [`Gate::mark_long_run`]): its transaction ran long.
+    pub long_run: bool,
     /// Index in the class table of the class of the current or last request.
     pub class: u8,
     prev: u32,
@@ -235,11 +268,16 @@ impl<'a> Gate<'a> {
             c.head = NIL;
             c.tail = NIL;
         }
-        let d = &mut self.h.classes[DEFAULT];
-        d.name = ClassName::new(DEFAULT_CLASS);
-        d.params = ClassParams::default();
-        d.in_use = true;
-        d.defined = true;
+        for (k, name, params) in [
+            (DEFAULT, DEFAULT_CLASS, ClassParams::default()),
+            (LONG, LONG_CLASS, ClassParams { max_active: LONG_DEFAULT_CAP, ..ClassParams::default() }),
+        ] {
+            let c = &mut self.h.classes[k];
+            c.name = ClassName::new(name);
+            c.params = params;
+            c.in_use = true;
+            c.defined = true;
+        }
         for s in self.slots.iter_mut() {
             *s = Slot::default();
         }
@@ -288,7 +326,10 @@ impl<'a> Gate<'a> {
         self.h.classes.iter().position(|c| c.in_use && c.defined && c.name.as_str() == name)
     }
 
-    /// Apply the class definitions now in force. A class keeps its entry
+    /// Apply the class definitions now in force. `default` and the long
+    /// lane `long` always exist; an entry of that name sets their keys (the
+    /// lane's cap falls back to [`LONG_DEFAULT_CAP`]; its reserve and weight
+    /// have no use, since its holders take no ticket). A class keeps its entry
     /// (and its totals) across reloads; a class dropped from the setting
     /// keeps serving the sessions it has, with no cap, reserve or weight of
     /// its own, and its entry is freed once it has none. Returns the names
@@ -301,7 +342,7 @@ impl<'a> Gate<'a> {
         wake: &mut dyn FnMut(usize),
     ) -> Vec<String> {
         for (k, c) in self.h.classes.iter_mut().enumerate() {
-            if k == DEFAULT || !c.in_use {
+            if k == DEFAULT || k == LONG || !c.in_use {
                 continue;
             }
             c.defined = false;
@@ -312,9 +353,12 @@ impl<'a> Gate<'a> {
         }
         let mut no_room = vec![];
         self.h.classes[DEFAULT].params = ClassParams::default();
+        self.h.classes[LONG].params = ClassParams { max_active: LONG_DEFAULT_CAP, ..ClassParams::default() };
         for &(name, params) in defs {
             let k = if name == DEFAULT_CLASS {
                 Some(DEFAULT)
+            } else if name == LONG_CLASS {
+                Some(LONG)
             } else if let Some(k) = self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name) {
                 Some(k)
             } else if let Some(k) = self.h.classes.iter().position(|c| !c.in_use) {
@@ -351,6 +395,7 @@ impl<'a> Gate<'a> {
     fn recompute_reserves(&mut self) {
         let budget = self.h.limit.saturating_sub(1) as u64;
         let sum: u64 = self.h.classes.iter().filter(|c| c.in_use).map(|c| c.params.reserve as u64).sum();
+        self.h.classes[LONG].params.reserve = 0;
         for c in self.h.classes.iter_mut() {
             let r = c.params.reserve as u64;
             c.reserve_in_force = if !c.in_use {
@@ -386,8 +431,10 @@ impl<'a> Gate<'a> {
         }
         let c = if class < MAX_CLASSES && self.h.classes[class].in_use { class } else { DEFAULT };
         self.slots[i].class = c as u8;
+        // The long lane's holders take no ticket: only its cap decides.
+        let place = c == LONG || self.place_free();
         let cs = &self.h.classes[c];
-        if cs.queued == 0 && cs.below_cap() && self.place_free() {
+        if cs.queued == 0 && self.h.below_cap(c) && place {
             self.grant(i, now_us, false);
             return Request::Admitted;
         }
@@ -424,10 +471,11 @@ impl<'a> Gate<'a> {
         self.slots[i].state == SlotState::Admitted
     }
 
-    /// Leave the queue without admission. Returns false, changing nothing,
+    /// Leave the queue without admission (`wake` as for [`Gate::release`]:
+    /// the long lane may take a waiter). Returns false, changing nothing,
     /// when the slot is no longer queued (it was admitted in the meantime:
     /// the caller then holds an admission and must release it).
-    pub fn abandon(&mut self, i: usize, now_us: i64, why: Abandon) -> bool {
+    pub fn abandon(&mut self, i: usize, now_us: i64, why: Abandon, wake: &mut dyn FnMut(usize)) -> bool {
         if self.slots[i].state != SlotState::Queued {
             return false;
         }
@@ -449,8 +497,10 @@ impl<'a> Gate<'a> {
                 Abandon::ClientLost => counters.clients_lost += 1,
             }
         }
-        // No pump: the pump leaves no eligible waiter while a place is
-        // free, and one waiter fewer frees no place.
+        // Only the lane: the pump leaves no eligible waiter while a place is
+        // free, and one waiter fewer frees no place; but the last waiter
+        // outside the long lane leaving lifts the lane's cap.
+        self.pump_lane(now_us, wake);
         true
     }
 
@@ -472,6 +522,7 @@ impl<'a> Gate<'a> {
         s.state = SlotState::Idle;
         s.overflow = false;
         s.stalled = false;
+        s.long_run = false;
         self.pump(now_us, wake);
         true
     }
@@ -481,7 +532,7 @@ impl<'a> Gate<'a> {
     pub fn detach(&mut self, i: usize, now_us: i64, wake: &mut dyn FnMut(usize)) {
         match self.slots[i].state {
             SlotState::Queued => {
-                self.abandon(i, now_us, Abandon::Exit);
+                self.abandon(i, now_us, Abandon::Exit, wake);
             }
             SlotState::Admitted => {
                 self.release(i, now_us, wake);
@@ -514,6 +565,51 @@ impl<'a> Gate<'a> {
             self.h.classes[c].stalled -= 1;
         }
         true
+    }
+
+    /// Holder `i` was seen working (on a CPU, or on I/O) past
+    /// `stall_timeout`: its transaction ran long (its shape learns that at
+    /// its end).
+    pub fn mark_long_run(&mut self, i: usize) {
+        if self.slots[i].state == SlotState::Admitted {
+            self.slots[i].long_run = true;
+        }
+    }
+
+    /// Move holder `i`, of class `default` and seen computing past
+    /// `stall_timeout`, into the long lane, if the lane is below its cap:
+    /// it stops taking a ticket and counts against the lane's cap instead,
+    /// so its ticket goes to the queue. Returns whether it moved. A holder
+    /// that cannot move keeps counting where it is: computing is never
+    /// relieved (docs/DESIGN.md §15).
+    pub fn move_to_lane(&mut self, i: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
+        let s = self.slots[i];
+        if s.state != SlotState::Admitted || s.class as usize != DEFAULT || !self.h.below_cap(LONG) {
+            return false;
+        }
+        if s.stalled {
+            self.h.stalled -= 1;
+            self.h.classes[DEFAULT].stalled -= 1;
+            self.slots[i].stalled = false;
+        }
+        self.h.classes[DEFAULT].admitted -= 1;
+        self.h.classes[LONG].admitted += 1;
+        self.slots[i].class = LONG as u8;
+        self.slots[i].long_run = true;
+        self.pump(now_us, wake);
+        true
+    }
+
+    /// Admit long-lane waiters while the lane is below its cap. Called by
+    /// every pump, and by the worker at each sample (a queue elsewhere that
+    /// empties lifts the lane's cap without a pump).
+    pub fn pump_lane(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
+        while self.h.classes[LONG].queued > 0 && self.h.below_cap(LONG) {
+            let i = self.h.classes[LONG].head as usize;
+            self.unlink(i);
+            self.grant(i, now_us, false);
+            wake(i);
+        }
     }
 
     /// Set the limit and the ticket count. Tickets are kept within
@@ -703,6 +799,14 @@ impl<'a> Gate<'a> {
         if h.tickets < h.limit {
             return Err(format!("tickets {} below limit {}", h.tickets, h.limit));
         }
+        if self.h.classes[LONG].queued > 0 && self.h.below_cap(LONG) {
+            return Err(format!(
+                "the long lane has {} queued below its cap ({} of {})",
+                self.h.classes[LONG].queued,
+                self.h.classes[LONG].admitted,
+                self.h.lane_cap()
+            ));
+        }
         if self.place_free() {
             if let Some(k) = self.eligible().next() {
                 return Err(format!(
@@ -721,12 +825,10 @@ impl<'a> Gate<'a> {
         self.h.demand_peak = self.h.demand_peak.max(self.h.holders + self.h.queued);
     }
 
-    /// Classes with sessions queued that are below their cap.
+    /// Classes with sessions queued that are below their cap, and that a
+    /// ticket admits: every class but the long lane.
     fn eligible(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..MAX_CLASSES).filter(|&k| {
-            let c = &self.h.classes[k];
-            c.queued > 0 && c.below_cap()
-        })
+        (0..MAX_CLASSES).filter(|&k| k != LONG && self.h.classes[k].queued > 0 && self.h.below_cap(k))
     }
 
     /// The class whose head gets the next free place, if any may take it.
@@ -758,7 +860,7 @@ impl<'a> Gate<'a> {
         })
     }
 
-    /// Admit waiters while places are free.
+    /// Admit waiters while places are free, then into the long lane.
     fn pump(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.place_free() {
             let Some(k) = self.pick_class() else { break };
@@ -767,6 +869,7 @@ impl<'a> Gate<'a> {
             self.grant(i, now_us, false);
             wake(i);
         }
+        self.pump_lane(now_us, wake);
     }
 
     /// Mark slot `i` admitted (it is not in a queue any more).
@@ -777,6 +880,7 @@ impl<'a> Gate<'a> {
         s.state = SlotState::Admitted;
         s.overflow = overflow;
         s.stalled = false;
+        s.long_run = false;
         s.xacts_admitted += 1;
         let c = s.class as usize;
         self.h.holders += 1;
@@ -947,10 +1051,10 @@ mod tests {
         for i in 1..5 {
             g.request(i, DEFAULT, i as i64, 0);
         }
-        assert!(g.abandon(2, 10, Abandon::Timeout));
-        assert!(g.abandon(4, 10, Abandon::Cancel)); // the tail
-        assert!(g.abandon(1, 10, Abandon::ClientLost)); // the head
-        assert!(!g.abandon(1, 10, Abandon::Cancel)); // not queued any more
+        assert!(g.abandon(2, 10, Abandon::Timeout, &mut |_| {}));
+        assert!(g.abandon(4, 10, Abandon::Cancel, &mut |_| {})); // the tail
+        assert!(g.abandon(1, 10, Abandon::ClientLost, &mut |_| {})); // the head
+        assert!(!g.abandon(1, 10, Abandon::Cancel, &mut |_| {})); // not queued any more
         g.check().unwrap();
         assert_eq!(g.queue().collect::<Vec<_>>(), vec![3]);
         let c = g.header().counters;
@@ -968,7 +1072,7 @@ mod tests {
         f.gate().request(1, DEFAULT, 0, 0);
         f.release(0, 1);
         // Slot 1's wait was interrupted just as it was handed the ticket.
-        assert!(!f.gate().abandon(1, 2, Abandon::Cancel));
+        assert!(!f.gate().abandon(1, 2, Abandon::Cancel, &mut |_| {}));
         assert!(f.gate().is_admitted(1));
         assert_eq!(f.release(1, 3), Vec::<usize>::new());
         assert_eq!(f.gate().header().holders, 0);
@@ -1117,7 +1221,7 @@ mod tests {
                     }
                 }
                 (SlotState::Queued, 0) => {
-                    g.abandon(i, step, Abandon::Cancel);
+                    g.abandon(i, step, Abandon::Cancel, &mut |_| {});
                     order.retain(|&x| x != i);
                 }
                 (SlotState::Queued, 1) => {
@@ -1363,6 +1467,150 @@ mod tests {
     /// queue limits) and stalls: the invariants after each step, FIFO
     /// within each class, caps never passed but by the deadlock breaker,
     /// reserves honoured, and no queued session passed over without bound.
+    fn long_lane(f: &mut Fixture, cap: u32) {
+        let mut g = f.gate();
+        assert!(g.set_classes(&[("long", params(cap, 0, 1))], 0, &mut |_| {}).is_empty());
+        assert_eq!(g.class_index("long"), Some(LONG));
+    }
+
+    #[test]
+    fn the_long_lane_takes_no_ticket_and_is_capped_while_others_wait() {
+        let mut f = Fixture::new(12, 2);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        // Two short holders fill the tickets; a third short one queues.
+        assert_eq!(g.request(0, DEFAULT, 1, 0), Request::Admitted);
+        assert_eq!(g.request(1, DEFAULT, 1, 0), Request::Admitted);
+        assert_eq!(g.request(2, DEFAULT, 1, 0), Request::Queued { position: 1 });
+        // Long work gets in beside them: it takes no ticket.
+        assert_eq!(g.request(3, LONG, 2, 0), Request::Admitted);
+        // While short work waits, the lane holds to its cap.
+        assert_eq!(g.request(4, LONG, 3, 0), Request::Queued { position: 1 });
+        assert_eq!(g.header().counted(), 2);
+        g.check().unwrap();
+        // The short waiter gets the next ticket; then nobody else waits, so
+        // the lane may use as many places as there are tickets.
+        let woken = f.release(0, 4);
+        assert_eq!(woken, vec![2, 4]);
+        let mut g = f.gate();
+        assert_eq!(g.header().classes[LONG].admitted, 2);
+        assert_eq!(g.request(5, LONG, 5, 0), Request::Queued { position: 1 });
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn long_work_alone_uses_every_place() {
+        let mut f = Fixture::new(12, 4);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        for i in 0..4 {
+            assert_eq!(g.request(i, LONG, 1, 0), Request::Admitted);
+        }
+        assert_eq!(g.request(4, LONG, 1, 0), Request::Queued { position: 1 });
+        // Short work still finds every ticket free.
+        for i in 5..9 {
+            assert_eq!(g.request(i, DEFAULT, 2, 0), Request::Admitted);
+        }
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn a_computing_holder_moves_to_the_lane_and_frees_its_ticket() {
+        let mut f = Fixture::new(12, 2);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        for i in 0..2 {
+            assert_eq!(g.request(i, DEFAULT, 1, 0), Request::Admitted);
+        }
+        assert_eq!(g.request(2, DEFAULT, 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(3, DEFAULT, 1, 0), Request::Queued { position: 2 });
+        let mut woken = vec![];
+        g.set_stalled(0, true, 2, &mut |w| woken.push(w));
+        assert_eq!(woken, vec![2], "a stalled holder is relieved as before");
+        woken.clear();
+        // Holder 1 computes past stall_timeout: into the lane, its ticket to 3.
+        assert!(g.move_to_lane(1, 3, &mut |w| woken.push(w)));
+        assert_eq!(woken, vec![3]);
+        assert!(g.slot(1).long_run);
+        assert_eq!(g.header().classes[LONG].admitted, 1);
+        // The lane is at its cap while nobody waits? Nobody waits now, so
+        // the cap is the tickets: the relieved holder may move too, and
+        // stops being stalled.
+        assert!(g.move_to_lane(0, 4, &mut |_| {}));
+        assert_eq!(g.header().stalled, 0);
+        g.check().unwrap();
+        // With short work waiting, the lane is over its cap: nobody moves,
+        // and a computing holder keeps its ticket.
+        assert_eq!(g.request(4, DEFAULT, 5, 0), Request::Queued { position: 1 });
+        assert!(!g.move_to_lane(2, 6, &mut |_| {}));
+        assert_eq!(g.slot(2).class as usize, DEFAULT);
+        // A class of its own is never moved.
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn the_lane_keeps_default_and_long_across_reloads() {
+        let mut f = Fixture::new(4, 2);
+        let mut g = f.gate();
+        assert_eq!(g.class_index("long"), Some(LONG));
+        assert_eq!(g.header().classes[LONG].params.max_active, LONG_DEFAULT_CAP);
+        assert!(g.set_classes(&[("long", params(3, 2, 5)), ("x", params(1, 0, 1))], 0, &mut |_| {}).is_empty());
+        assert_eq!(g.header().classes[LONG].params.max_active, 3);
+        assert_eq!(g.header().classes[LONG].reserve_in_force, 0, "the lane takes no ticket: no reserve");
+        assert!(g.set_classes(&[], 0, &mut |_| {}).is_empty());
+        assert_eq!(g.class_index("long"), Some(LONG));
+        assert_eq!(g.header().classes[LONG].params.max_active, LONG_DEFAULT_CAP);
+    }
+
+    #[test]
+    fn random_walk_with_the_long_lane() {
+        let n = 32;
+        let mut f = Fixture::new(n, 3);
+        long_lane(&mut f, 2);
+        let mut rng = Rng(0x2545F4914F6CDD1D);
+        let mut order: Vec<Vec<usize>> = vec![vec![]; MAX_CLASSES];
+        for step in 0..200_000i64 {
+            let i = rng.below(n as u64) as usize;
+            let mut woken = vec![];
+            let mut g = f.gate();
+            match (g.slot(i).state, rng.below(10)) {
+                (SlotState::Idle, _) => {
+                    let c = if rng.below(3) == 0 { LONG } else { DEFAULT };
+                    if let Request::Queued { .. } = g.request(i, c, step, 0) {
+                        order[c].push(i);
+                    }
+                }
+                (SlotState::Queued, 0) => {
+                    let c = g.slot(i).class as usize;
+                    g.abandon(i, step, Abandon::Cancel, &mut |w| woken.push(w));
+                    order[c].retain(|&x| x != i);
+                }
+                (SlotState::Admitted, 0..=4) => {
+                    g.release(i, step, &mut |w| woken.push(w));
+                }
+                (SlotState::Admitted, 5) => {
+                    let st = !g.slot(i).stalled;
+                    g.set_stalled(i, st, step, &mut |w| woken.push(w));
+                }
+                (SlotState::Admitted, 6) => {
+                    g.move_to_lane(i, step, &mut |w| woken.push(w));
+                }
+                (_, 7) => g.pump_lane(step, &mut |w| woken.push(w)),
+                (_, 8) => {
+                    let t = 2 + rng.below(4) as u32;
+                    g.set_limit(t, t + rng.below(3) as u32, step, &mut |w| woken.push(w));
+                }
+                _ => {}
+            }
+            for w in woken {
+                let c = f.gate().slot(w).class as usize;
+                assert_eq!(order[c].first(), Some(&w), "step {step}: hand-off out of FIFO order in class {c}");
+                order[c].remove(0);
+            }
+            f.gate().check().unwrap_or_else(|e| panic!("step {step}: {e}"));
+        }
+    }
+
     #[test]
     fn random_walk_with_classes_and_stalls() {
         let n = 48;
@@ -1389,7 +1637,7 @@ mod tests {
                 }
                 (SlotState::Queued, 0) => {
                     let c = g.slot(i).class as usize;
-                    g.abandon(i, step, Abandon::Timeout);
+                    g.abandon(i, step, Abandon::Timeout, &mut |_| {});
                     order[c].retain(|&x| x != i);
                 }
                 (SlotState::Queued, 1) if rng.below(20) == 0 => {

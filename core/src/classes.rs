@@ -31,6 +31,8 @@ pub const MAX_NAME: usize = 63;
 pub const MAX_WEIGHT: u32 = 1000;
 /// Name of the class of sessions with no (known) class.
 pub const DEFAULT_CLASS: &str = "default";
+/// Name of the long lane, the built-in class of long work.
+pub const LONG_CLASS: &str = "long";
 
 /// One class as the setting defines it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,6 +16,7 @@
 //! - [`history`]: the fixed-size ring of periodic samples.
 //! - [`progress`]: the progress guarantee: when a stuck queue's head is
 //!   admitted over the limit.
+//! - [`shapes`]: query shapes and the long lane they are routed to.
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
@@ -26,5 +27,6 @@ pub mod cpus;
 pub mod histogram;
 pub mod history;
 pub mod progress;
+pub mod shapes;
 
 pub use admission::{Abandon, Full, Gate, GateHeader, Request, Slot, SlotState};

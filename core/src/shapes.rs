@@ -1,0 +1,403 @@
+//! Query shapes: what the gate learns about the transactions that start
+//! with a given query (docs/DESIGN.md §15).
+//!
+//! A shape is a (database, query id) pair: the query id PostgreSQL computes
+//! for the first statement that a transaction needs admission for (the id
+//! pg_stat_statements shows). Each transaction that ends records into its
+//! shape whether it ran long (a statement of it was seen working past
+//! `stall_timeout`) and how long it held its admission. From that a shape
+//! is in the **long lane** or not:
+//!
+//! - it enters the lane at its first long run;
+//! - it leaves after [`LEAVE_AFTER`] short runs in a row (hysteresis: one
+//!   long report among short runs keeps it in, a shape that changed for
+//!   good leaves within three runs, which it makes in the lane).
+//!
+//! A DBA may also route a shape by hand to any class, for a while or for
+//! good; a route wins over the lane.
+//!
+//! The table is a fixed array in shared memory (its size is a postmaster
+//! setting). A shape lives within [`PROBE`] entries of its hash home;
+//! looking one up reads at most those. A new shape takes a free entry
+//! there, else the least recently seen one that has no route (least
+//! recently used eviction within the window); when all of them are
+//! routed, it is not recorded. The caller serialises every call (the
+//! extension holds the gate's LWLock); this module has no locking.
+
+use crate::classes::ClassName;
+
+/// Entries a shape may live in, from its hash home on.
+pub const PROBE: usize = 16;
+/// Short runs in a row that take a shape out of the long lane.
+pub const LEAVE_AFTER: u32 = 3;
+/// Weight of the newest run in the smoothed run time.
+const SMOOTHING: f64 = 0.2;
+
+/// One shape. Lives in shared memory; plain data. An entry with
+/// `query_id == 0` is free (PostgreSQL never computes 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shape {
+    pub query_id: u64,
+    /// Database OID.
+    pub db: u32,
+    /// The role that last ran it (for the view's privacy).
+    pub user: u32,
+    /// Transactions recorded.
+    pub runs: u64,
+    /// Of those, the ones that ran long.
+    pub long_runs: u64,
+    /// Transactions sent to the lane or along a route instead of their
+    /// session's class ([`Shapes::take_lane`]).
+    pub routed: u64,
+    /// Short runs since the last long one (while in the lane).
+    pub short_streak: u32,
+    /// In the long lane.
+    pub long: bool,
+    /// The class a DBA routed it to; empty: none.
+    pub route: ClassName,
+    /// Until when the route holds (caller's clock, microseconds); 0: for good.
+    pub route_until_us: i64,
+    /// Smoothed time its transactions held their admission, microseconds.
+    pub mean_us: f64,
+    /// When a transaction of it last ended (or it was routed).
+    pub last_us: i64,
+    /// When it last entered the lane.
+    pub entered_us: i64,
+}
+
+impl Shape {
+    fn routed(&self, now_us: i64) -> bool {
+        !self.route.is_empty() && (self.route_until_us == 0 || now_us < self.route_until_us)
+    }
+}
+
+/// Where a shape's next transaction goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// No shape, or not long: the session's class.
+    Short,
+    /// The long lane.
+    Long,
+    /// A DBA's route to this class.
+    Routed(ClassName),
+}
+
+/// What a record changed, for the caller to log once the lock is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Entered,
+    Left,
+}
+
+/// Why a route could not be set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// Every entry of the shape's window holds a route.
+    NoRoom,
+    /// Query id 0 names no shape.
+    NoQueryId,
+}
+
+/// A view of the table, borrowed under the caller's lock.
+pub struct Shapes<'a> {
+    e: &'a mut [Shape],
+}
+
+fn home(db: u32, query_id: u64, n: usize) -> usize {
+    // splitmix64's finaliser over both halves of the key.
+    let mut x = query_id ^ ((db as u64) << 32 | db as u64).rotate_left(17);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (x % n as u64) as usize
+}
+
+impl<'a> Shapes<'a> {
+    pub fn new(e: &'a mut [Shape]) -> Self {
+        Shapes { e }
+    }
+
+    pub fn entries(&self) -> &[Shape] {
+        self.e
+    }
+
+    /// The entry indices of a key's window.
+    fn window(&self, db: u32, query_id: u64) -> impl Iterator<Item = usize> {
+        let n = self.e.len();
+        let h = if n == 0 { 0 } else { home(db, query_id, n) };
+        (0..PROBE.min(n)).map(move |k| (h + k) % n)
+    }
+
+    pub fn find(&self, db: u32, query_id: u64) -> Option<usize> {
+        if query_id == 0 {
+            return None;
+        }
+        self.window(db, query_id).find(|&i| self.e[i].query_id == query_id && self.e[i].db == db)
+    }
+
+    /// The entry for a key, taking one for it if it has none (a free one,
+    /// else the least recently seen unrouted one). None when the window is
+    /// all routed, or the key has no query id.
+    fn find_or_take(&mut self, db: u32, query_id: u64, now_us: i64) -> Option<usize> {
+        if let Some(i) = self.find(db, query_id) {
+            return Some(i);
+        }
+        if query_id == 0 {
+            return None;
+        }
+        let i = self.window(db, query_id).filter(|&i| !self.e[i].routed(now_us)).min_by_key(|&i| {
+            if self.e[i].query_id == 0 {
+                i64::MIN
+            } else {
+                self.e[i].last_us
+            }
+        })?;
+        self.e[i] = Shape { query_id, db, last_us: now_us, ..Shape::default() };
+        Some(i)
+    }
+
+    /// Where a transaction starting with this shape goes.
+    pub fn lane(&self, db: u32, query_id: u64, now_us: i64) -> Lane {
+        match self.find(db, query_id).map(|i| &self.e[i]) {
+            Some(s) if s.routed(now_us) => Lane::Routed(s.route),
+            Some(s) if s.long => Lane::Long,
+            _ => Lane::Short,
+        }
+    }
+
+    /// Where a transaction starting with this shape goes, counted in the
+    /// shape's `routed` when that is not its session's class.
+    pub fn take_lane(&mut self, db: u32, query_id: u64, now_us: i64) -> Lane {
+        let lane = self.lane(db, query_id, now_us);
+        if lane != Lane::Short {
+            if let Some(i) = self.find(db, query_id) {
+                self.e[i].routed += 1;
+            }
+        }
+        lane
+    }
+
+    /// A transaction of this shape ended: it held its admission `held_us`
+    /// and `ran_long` says whether it was seen working past `stall_timeout`.
+    pub fn record(
+        &mut self,
+        db: u32,
+        query_id: u64,
+        user: u32,
+        held_us: u64,
+        ran_long: bool,
+        now_us: i64,
+    ) -> Option<Change> {
+        let i = self.find_or_take(db, query_id, now_us)?;
+        let s = &mut self.e[i];
+        s.mean_us = if s.runs == 0 { held_us as f64 } else { s.mean_us + SMOOTHING * (held_us as f64 - s.mean_us) };
+        s.runs += 1;
+        s.user = user;
+        s.last_us = now_us;
+        if ran_long {
+            s.long_runs += 1;
+            s.short_streak = 0;
+            if !s.long {
+                s.long = true;
+                s.entered_us = now_us;
+                return Some(Change::Entered);
+            }
+        } else if s.long {
+            s.short_streak += 1;
+            if s.short_streak >= LEAVE_AFTER {
+                s.long = false;
+                s.short_streak = 0;
+                return Some(Change::Left);
+            }
+        }
+        None
+    }
+
+    /// Route a shape to `class` until `until_us` (0: for good).
+    pub fn route(
+        &mut self,
+        db: u32,
+        query_id: u64,
+        class: ClassName,
+        until_us: i64,
+        now_us: i64,
+    ) -> Result<(), RouteError> {
+        if query_id == 0 {
+            return Err(RouteError::NoQueryId);
+        }
+        let i = self.find_or_take(db, query_id, now_us).ok_or(RouteError::NoRoom)?;
+        let s = &mut self.e[i];
+        s.route = class;
+        s.route_until_us = until_us;
+        s.last_us = s.last_us.max(now_us);
+        Ok(())
+    }
+
+    /// Drop a shape's route. Returns whether it had one.
+    pub fn unroute(&mut self, db: u32, query_id: u64, now_us: i64) -> bool {
+        match self.find(db, query_id) {
+            Some(i) => {
+                let had = self.e[i].routed(now_us);
+                self.e[i].route = ClassName::default();
+                self.e[i].route_until_us = 0;
+                had
+            }
+            None => false,
+        }
+    }
+
+    /// Forget every shape; routes too when `routes` is set.
+    pub fn reset(&mut self, routes: bool, now_us: i64) {
+        for s in self.e.iter_mut() {
+            if routes || !s.routed(now_us) {
+                *s = Shape::default();
+            } else {
+                let kept = Shape {
+                    query_id: s.query_id,
+                    db: s.db,
+                    user: s.user,
+                    route: s.route,
+                    route_until_us: s.route_until_us,
+                    last_us: s.last_us,
+                    ..Shape::default()
+                };
+                *s = kept;
+            }
+        }
+    }
+
+    /// Whether the entry holds a shape, and a route in force now.
+    pub fn in_use(s: &Shape) -> bool {
+        s.query_id != 0
+    }
+
+    pub fn routed_now(s: &Shape, now_us: i64) -> bool {
+        s.routed(now_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(n: usize) -> Vec<Shape> {
+        vec![Shape::default(); n]
+    }
+
+    #[test]
+    fn a_shape_enters_at_its_first_long_run_and_leaves_after_three_short_ones() {
+        let mut v = table(64);
+        let mut t = Shapes::new(&mut v);
+        assert_eq!(t.lane(1, 42, 0), Lane::Short);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 1), None);
+        assert_eq!(t.lane(1, 42, 1), Lane::Short);
+        assert_eq!(t.record(1, 42, 10, 4_000_000, true, 2), Some(Change::Entered));
+        assert_eq!(t.take_lane(1, 42, 2), Lane::Long);
+        assert_eq!(t.take_lane(1, 43, 2), Lane::Short);
+        // Another database's same query id is another shape.
+        assert_eq!(t.lane(2, 42, 2), Lane::Short);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 3), None);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 4), None);
+        // A long run resets the streak.
+        assert_eq!(t.record(1, 42, 10, 4_000_000, true, 5), None);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 6), None);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 7), None);
+        assert_eq!(t.lane(1, 42, 7), Lane::Long);
+        assert_eq!(t.record(1, 42, 10, 1_000, false, 8), Some(Change::Left));
+        assert_eq!(t.lane(1, 42, 8), Lane::Short);
+        let s = &t.entries()[t.find(1, 42).unwrap()];
+        assert_eq!((s.runs, s.long_runs, s.routed), (8, 2, 1));
+    }
+
+    #[test]
+    fn the_smoothed_time_follows_the_runs() {
+        let mut v = table(16);
+        let mut t = Shapes::new(&mut v);
+        t.record(1, 7, 10, 1000, false, 1);
+        let i = t.find(1, 7).unwrap();
+        assert_eq!(t.entries()[i].mean_us, 1000.0);
+        t.record(1, 7, 10, 2000, false, 2);
+        assert!((t.entries()[i].mean_us - 1200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_least_recently_seen_shape_of_a_full_window_is_evicted() {
+        // A table no larger than the window: every key shares it.
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        for q in 1..=PROBE as u64 {
+            t.record(1, q, 10, 1, false, q as i64);
+        }
+        // Refresh shape 1: shape 2 is now the least recently seen.
+        t.record(1, 1, 10, 1, false, 100);
+        t.record(1, 999, 10, 1, false, 101);
+        assert!(t.find(1, 999).is_some());
+        assert!(t.find(1, 2).is_none());
+        assert!(t.find(1, 1).is_some());
+        assert_eq!(t.entries().iter().filter(|s| Shapes::in_use(s)).count(), PROBE);
+    }
+
+    #[test]
+    fn routes_win_over_the_lane_expire_and_are_never_evicted() {
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        let reports = ClassName::new("reports");
+        t.record(1, 5, 10, 9_000_000, true, 1);
+        assert_eq!(t.lane(1, 5, 1), Lane::Long);
+        t.route(1, 5, reports, 1_000, 2).unwrap();
+        assert_eq!(t.lane(1, 5, 999), Lane::Routed(reports));
+        // Expired: back to what it learnt.
+        assert_eq!(t.lane(1, 5, 1_000), Lane::Long);
+        // For good, and kept while the window fills with newer shapes.
+        t.route(1, 5, reports, 0, 2_000).unwrap();
+        for q in 100..200u64 {
+            t.record(1, q, 10, 1, false, 3_000 + q as i64);
+        }
+        assert_eq!(t.lane(1, 5, 10_000), Lane::Routed(reports));
+        assert!(t.unroute(1, 5, 10_000));
+        assert!(!t.unroute(1, 5, 10_000));
+        assert_eq!(t.lane(1, 5, 10_000), Lane::Long);
+        assert_eq!(t.route(1, 0, reports, 0, 1), Err(RouteError::NoQueryId));
+    }
+
+    #[test]
+    fn a_window_of_routes_has_no_room() {
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        let c = ClassName::new("c");
+        for q in 1..=PROBE as u64 {
+            t.route(1, q, c, 0, 1).unwrap();
+        }
+        assert_eq!(t.route(1, 1000, c, 0, 2), Err(RouteError::NoRoom));
+        assert_eq!(t.record(1, 1000, 10, 1, true, 2), None);
+        assert!(t.find(1, 1000).is_none());
+        // An expired route frees its entry again.
+        t.route(1, 1, c, 5, 3).unwrap();
+        assert!(t.route(1, 1000, c, 0, 6).is_ok());
+    }
+
+    #[test]
+    fn reset_keeps_routes_unless_asked() {
+        let mut v = table(32);
+        let mut t = Shapes::new(&mut v);
+        let c = ClassName::new("c");
+        t.record(1, 1, 10, 1, true, 1);
+        t.record(1, 2, 10, 1, true, 1);
+        t.route(1, 2, c, 0, 1).unwrap();
+        t.reset(false, 2);
+        assert!(t.find(1, 1).is_none());
+        assert_eq!(t.lane(1, 2, 3), Lane::Routed(c));
+        assert_eq!(t.entries()[t.find(1, 2).unwrap()].runs, 0);
+        t.reset(true, 3);
+        assert!(t.find(1, 2).is_none());
+    }
+
+    #[test]
+    fn an_empty_table_records_nothing() {
+        let mut v = table(0);
+        let mut t = Shapes::new(&mut v);
+        assert_eq!(t.record(1, 1, 1, 1, true, 1), None);
+        assert_eq!(t.lane(1, 1, 1), Lane::Short);
+    }
+}

@@ -1,0 +1,54 @@
+-- pg_gatekeeper 0.4.0 -> 0.5.0: query shapes and the long lane. New: the
+-- view gatekeeper.shapes and its function, route_shape(), unroute_shape()
+-- and reset_shapes() (revoked from PUBLIC, as reset() is). Nothing
+-- existing changes; the class long appears in gatekeeper.classes because
+-- the library defines it, not because of this script.
+\echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.5.0'" to load this file. \quit
+
+CREATE FUNCTION gatekeeper."shapes"() RETURNS TABLE (
+	"userid" oid,  /* pg_sys :: Oid */
+	"dbid" oid,  /* pg_sys :: Oid */
+	"queryid" bigint,  /* Option < i64 > */
+	"lane" TEXT,  /* & '_ str */
+	"routed_to" TEXT,  /* Option < String > */
+	"routed_until" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"runs" bigint,  /* i64 */
+	"long_runs" bigint,  /* i64 */
+	"routed_total" bigint,  /* i64 */
+	"mean_time_ms" double precision,  /* Option < f64 > */
+	"last_run" timestamp with time zone,  /* Option < TimestampWithTimeZone > */
+	"entered_lane" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+STRICT PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'shapes_wrapper';
+
+CREATE FUNCTION gatekeeper."route_shape"(
+	"queryid" bigint, /* Option < i64 > */
+	"class" TEXT, /* Option < & str > */
+	"duration" interval DEFAULT NULL /* Option < Interval > */
+) RETURNS void
+PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'route_shape_wrapper';
+
+CREATE FUNCTION gatekeeper."unroute_shape"(
+	"queryid" bigint /* i64 */
+) RETURNS bool /* bool */
+STRICT PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'unroute_shape_wrapper';
+
+CREATE FUNCTION gatekeeper."reset_shapes"(
+	"routes" bool DEFAULT false /* bool */
+) RETURNS void
+STRICT PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'reset_shapes_wrapper';
+
+CREATE VIEW gatekeeper.shapes AS SELECT * FROM gatekeeper.shapes();
+COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (database and query id of a transaction''s first statement) with its lane and route';
+GRANT SELECT ON gatekeeper.shapes TO PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.route_shape(bigint, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.unroute_shape(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.reset_shapes(boolean) FROM PUBLIC;

@@ -1,0 +1,172 @@
+//! The SQL surface of query shapes (docs/DESIGN.md §15): the view
+//! `gatekeeper.shapes` and the functions that route, unroute and forget
+//! shapes. Like pg_stat_statements, a role sees the query ids of the shapes
+//! it last ran, and all of them with the privileges of pg_read_all_stats.
+
+use gatekeeper_core::classes::ClassName;
+use gatekeeper_core::shapes::{RouteError, Shape, Shapes};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::{gucs, shmem};
+
+fn ts(us: i64) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(us).ok()
+}
+
+fn fail(code: PgSqlErrorCode, msg: String, detail: String, hint: &str) -> ! {
+    ErrorReport::new(code, msg, function_name!()).set_detail(detail).set_hint(hint).report(PgLogLevel::ERROR);
+    unreachable!("ERROR returned")
+}
+
+fn current_db() -> u32 {
+    // SAFETY: MyDatabaseId is set once the backend connected.
+    u32::from(unsafe { pg_sys::MyDatabaseId })
+}
+
+/// One row per shape the gate remembers.
+#[pg_extern(name = "shapes", parallel_restricted)]
+fn shapes() -> TableIterator<
+    'static,
+    (
+        name!(userid, pg_sys::Oid),
+        name!(dbid, pg_sys::Oid),
+        name!(queryid, Option<i64>),
+        name!(lane, &'static str),
+        name!(routed_to, Option<String>),
+        name!(routed_until, Option<TimestampWithTimeZone>),
+        name!(runs, i64),
+        name!(long_runs, i64),
+        name!(routed_total, i64),
+        name!(mean_time_ms, Option<f64>),
+        name!(last_run, Option<TimestampWithTimeZone>),
+        name!(entered_lane, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let now = crate::now_us();
+    let rows: Vec<Shape> =
+        shmem::with_gate_shared(|l| l.shapes.entries().iter().filter(|s| Shapes::in_use(s)).copied().collect());
+    // SAFETY: GetUserId reads a backend-local variable; has_privs_of_role
+    // reads the catalogs, outside the lock.
+    let (me, all) = unsafe {
+        let me = pg_sys::GetUserId();
+        (me, pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS)))
+    };
+    TableIterator::new(rows.into_iter().map(move |s| {
+        let user = pg_sys::Oid::from(s.user);
+        let routed = Shapes::routed_now(&s, now);
+        (
+            user,
+            pg_sys::Oid::from(s.db),
+            (all || user == me).then_some(s.query_id as i64),
+            if s.long { "long" } else { "short" },
+            routed.then(|| s.route.as_str().to_string()),
+            (routed && s.route_until_us != 0).then(|| ts(s.route_until_us)).flatten(),
+            s.runs as i64,
+            s.long_runs as i64,
+            s.routed as i64,
+            (s.runs > 0).then_some(s.mean_us / 1000.0),
+            (s.runs > 0).then(|| ts(s.last_us)).flatten(),
+            (s.entered_us != 0).then(|| ts(s.entered_us)).flatten(),
+        )
+    }))
+}
+
+/// Route the transactions that start with query `queryid` in this database
+/// to class `class` (`long` for the long lane, `default` to keep them out
+/// of it), for `duration` or, when it is NULL, for good. Revoked from PUBLIC.
+#[pg_extern(name = "route_shape", parallel_unsafe)]
+fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Option<Interval>, "NULL")) {
+    let (Some(queryid), Some(class)) = (queryid, class) else {
+        fail(
+            PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+            "the query id and the class of a route cannot be NULL".into(),
+            "Only the duration may be NULL: the route then holds for good.".into(),
+            "Name the query id (from gatekeeper.shapes or pg_stat_statements) and a class of gatekeeper.classes.",
+        );
+    };
+    if queryid == 0 {
+        fail(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "query id 0 names no query".into(),
+            "PostgreSQL never gives a statement the query id 0.".into(),
+            "Take the query id from gatekeeper.shapes or pg_stat_statements.",
+        );
+    }
+    let until = match duration {
+        None => 0,
+        Some(d) => {
+            let us = d.as_micros();
+            if us <= 0 {
+                fail(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    "the duration of a route must be positive".into(),
+                    format!("The duration given is {us} microseconds."),
+                    "Leave it NULL to route for good; gatekeeper.unroute_shape() ends a route.",
+                );
+            }
+            crate::now_us().saturating_add(us.min(i64::MAX as i128) as i64)
+        }
+    };
+    let now = crate::now_us();
+    let name = ClassName::new(class);
+    let db = current_db();
+    let result = shmem::with_gate(|mut l| {
+        if l.gate.class_index(class).is_none() || name.as_str() != class {
+            return Err(None);
+        }
+        l.shapes.route(db, queryid as u64, name, until, now).map_err(Some)
+    });
+    match result {
+        Ok(()) => {}
+        Err(None) => fail(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            format!("class \"{class}\" is not defined"),
+            "A shape can be routed only to a class that pg_gatekeeper.classes defines, or to default or long.".into(),
+            "Define the class in pg_gatekeeper.classes and reload, or see gatekeeper.classes.",
+        ),
+        Err(Some(RouteError::NoQueryId)) => unreachable!("query id 0 was refused above"),
+        Err(Some(RouteError::NoRoom)) => fail(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("no room for a route of query {queryid}"),
+            format!(
+                "Every entry of the shape table that this query may use holds a route (pg_gatekeeper.max_shapes = {}).",
+                gucs::max_shapes()
+            ),
+            "End routes with gatekeeper.unroute_shape(), or raise pg_gatekeeper.max_shapes and restart the server.",
+        ),
+    }
+}
+
+/// End the route of query `queryid` in this database. Returns whether it had
+/// one. Revoked from PUBLIC.
+#[pg_extern(name = "unroute_shape", parallel_unsafe)]
+fn unroute_shape(queryid: i64) -> bool {
+    let now = crate::now_us();
+    let db = current_db();
+    shmem::with_gate(|mut l| l.shapes.unroute(db, queryid as u64, now))
+}
+
+/// Forget every shape, and the routes too when `routes` is true. Revoked
+/// from PUBLIC.
+#[pg_extern(name = "reset_shapes", parallel_unsafe)]
+fn reset_shapes(routes: default!(bool, "false")) {
+    let now = crate::now_us();
+    shmem::with_gate(|mut l| l.shapes.reset(routes, now));
+}
+
+extension_sql!(
+    r#"
+CREATE VIEW gatekeeper.shapes AS SELECT * FROM gatekeeper.shapes();
+COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (database and query id of a transaction''s first statement) with its lane and route';
+GRANT SELECT ON gatekeeper.shapes TO PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.route_shape(bigint, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.unroute_shape(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION gatekeeper.reset_shapes(boolean) FROM PUBLIC;
+"#,
+    name = "shapes_views",
+    requires = [shapes, route_shape, unroute_shape, reset_shapes],
+);
