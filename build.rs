@@ -1,4 +1,5 @@
-//! Compiles the hooks' C entry points (src/hooks_shim.c) against the server
+//! Compiles the hooks' C entry points (src/hooks_shim.c) and the CPU clock
+//! (src/cpu_time.c) against the server
 //! headers of the PostgreSQL the crate is built for: the pg_config that
 //! `cargo pgrx` passes (PGRX_PG_CONFIG_PATH), or the one `cargo pgrx init`
 //! recorded for the selected `pgNN` feature.
@@ -6,6 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/hooks_shim.c");
+    println!("cargo:rerun-if-changed=src/cpu_time.c");
     println!("cargo:rerun-if-env-changed=PGRX_PG_CONFIG_PATH");
     let major = ["15", "16", "17", "18"]
         .into_iter()
@@ -19,6 +21,7 @@ fn main() {
     let includedir = String::from_utf8(out.stdout).expect("UTF-8 path");
     cc::Build::new()
         .file("src/hooks_shim.c")
+        .file("src/cpu_time.c")
         .include(includedir.trim())
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-missing-field-initializers")

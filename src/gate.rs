@@ -254,11 +254,14 @@ pub fn release() {
     let shape = session::take_shape();
     // SAFETY: GetUserId reads a backend-local variable.
     let user = u32::from(unsafe { pg_sys::GetUserId() });
+    // It ran long if it computed past stall_timeout, or if the worker saw
+    // it working (on a CPU or on I/O) that long.
+    let computed_long = shape.is_some_and(|s| session::cpu_time_us() - s.cpu_us >= gucs::stall_timeout_us().max(1));
     let change = shmem::with_gate_waking(|mut l, wake| {
-        let change = shape.and_then(|(db, query_id, admitted_us)| {
-            let ran_long = l.gate.slot(slot).long_run;
-            let held_us = (now - admitted_us).max(0) as u64;
-            l.shapes.record(db, query_id, user, held_us, ran_long, now).map(|c| (c, db, query_id))
+        let change = shape.and_then(|s| {
+            let ran_long = computed_long || l.gate.slot(slot).long_run;
+            let held_us = (now - s.admitted_us).max(0) as u64;
+            l.shapes.record(s.db, s.query_id, user, held_us, ran_long, now).map(|c| (c, s.db, s.query_id))
         });
         l.gate.release(slot, now, wake);
         change

@@ -39,8 +39,9 @@ struct Local {
     /// to our run start, so that each statement writes it once.
     last_statement: Cell<i64>,
     /// This transaction's shape (database, query id of its first gated
-    /// statement) and when it was admitted: recorded when it ends.
-    shape: Cell<Option<(u32, u64, i64)>>,
+    /// statement), and when it was admitted, by the clock and by this
+    /// process's CPU time: recorded when it ends.
+    shape: Cell<Option<Shaped>>,
     /// The limit settings' generation (`gucs::limit_generation`) this
     /// process last applied or found in force; `None` before its first
     /// admission.
@@ -88,13 +89,35 @@ pub fn set_admitted(v: bool) {
     });
 }
 
-/// Remember the shape of the transaction just admitted (see `gate::release`).
+/// The shape of a transaction, and where its clocks stood at admission.
+#[derive(Clone, Copy)]
+pub struct Shaped {
+    pub db: u32,
+    pub query_id: u64,
+    pub admitted_us: i64,
+    pub cpu_us: i64,
+}
+
+unsafe extern "C" {
+    /// This process's CPU time in microseconds (src/cpu_time.c).
+    fn gk_cpu_time_us() -> i64;
+}
+
+/// This process's CPU time, in microseconds.
+pub fn cpu_time_us() -> i64 {
+    // SAFETY: a plain C function with no arguments that only reads a clock.
+    unsafe { gk_cpu_time_us() }
+}
+
+/// Remember the shape of the transaction asking for admission (see
+/// `gate::release`). A statement with no query id leaves no shape.
 pub fn set_shape(db: u32, query_id: u64, admitted_us: i64) {
-    LOCAL.with(|l| l.shape.set((query_id != 0).then_some((db, query_id, admitted_us))));
+    let shaped = (query_id != 0).then(|| Shaped { db, query_id, admitted_us, cpu_us: cpu_time_us() });
+    LOCAL.with(|l| l.shape.set(shaped));
 }
 
 /// The shape of the transaction that ends, once.
-pub fn take_shape() -> Option<(u32, u64, i64)> {
+pub fn take_shape() -> Option<Shaped> {
     LOCAL.with(|l| l.shape.take())
 }
 
