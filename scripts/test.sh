@@ -63,7 +63,7 @@ for m in "${majors[@]}"; do
     step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
     step "PostgreSQL $m: integration tests" \
       itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby \
-        --test citus_names --test first_statement
+        --test citus_names --test first_statement --test lane
     step "PostgreSQL $m: chaos and restart tests" itest --test chaos
     # Last for this version: it sets the development install aside and puts
     # it back when done.

@@ -1,0 +1,204 @@
+//! Query shapes and the long lane (docs/DESIGN.md §15): a shape enters the
+//! lane when it ran long and leaves when it runs short; the lane takes no
+//! ticket and is capped while short work waits; computing holders are
+//! never relieved; dry-run and hand routing; an explicit class wins.
+//!
+//! Gated sessions are role `app`; the observer is the exempt superuser.
+//! `burn(s)` computes for `s` seconds: every call of it with a decimal
+//! constant is one shape, whatever its value (query ids ignore constants,
+//! not their types: `burn(0)` would be another shape).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_stays_queued, wait_until, Cluster, Running};
+
+const BURN: &str = "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
+    BEGIN
+        WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP;
+        RETURN 1;
+    END $$;
+    GRANT EXECUTE ON FUNCTION burn(float8) TO app;";
+
+fn start(extra: &[(&'static str, &'static str)]) -> Cluster {
+    let mut conf = vec![("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.stall_timeout", "200ms")];
+    conf.extend_from_slice(extra);
+    let c = Cluster::start(&conf);
+    c.admin_exec(BURN);
+    c
+}
+
+/// The shape of `SELECT burn(...)` as the view shows it:
+/// (lane, runs, long_runs, routed_total). It is `app`'s only shape.
+fn burn_shape(c: &Cluster) -> Option<(String, i64, i64, i64)> {
+    c.admin_query(
+        "SELECT lane, runs, long_runs, routed_total FROM gatekeeper.shapes WHERE userid = 'app'::regrole",
+        &[],
+    )
+    .first()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+/// A class's `admitted_total`.
+fn class_admitted(c: &Cluster, class: &str) -> i64 {
+    c.admin_query("SELECT admitted_total FROM gatekeeper.classes WHERE class = $1", &[&class])[0].get(0)
+}
+
+/// The query id of `SELECT burn($1)`, from the shapes view.
+fn burn_queryid(c: &Cluster) -> i64 {
+    c.admin_i64("SELECT queryid FROM gatekeeper.shapes WHERE userid = 'app'::regrole")
+}
+
+/// Run `SELECT burn(secs)` once as `app`.
+fn burn_once(c: &Cluster, secs: f64) {
+    c.app("once").ok(&format!("SELECT burn({secs:.1})"));
+}
+
+#[test]
+fn a_shape_enters_the_lane_when_it_runs_long_and_leaves_when_it_runs_short() {
+    let c = start(&[]);
+    // Long by its own CPU clock, with nobody queued (no sampling needed).
+    burn_once(&c, 0.4);
+    let (lane, runs, long_runs, routed) = burn_shape(&c).expect("the shape is recorded");
+    assert_eq!((lane.as_str(), runs, long_runs, routed), ("long", 1, 1, 0));
+    assert!(c.log_text().contains("ran long; its transactions are admitted in the long lane"));
+    // Its next transaction is admitted in the lane, even a short one.
+    let before = class_admitted(&c, "long");
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "long"), before + 1);
+    assert_eq!(burn_shape(&c).unwrap().3, 1, "routed_total counts it");
+    // Three short runs in a row take it out.
+    burn_once(&c, 0.0);
+    assert_eq!(burn_shape(&c).unwrap().0, "long");
+    burn_once(&c, 0.0);
+    assert_eq!(burn_shape(&c).unwrap().0, "short");
+    assert!(c.log_text().contains("it leaves the long lane"));
+    let before = class_admitted(&c, "long");
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "long"), before, "a short shape stays in its class");
+    c.assert_quiet();
+}
+
+#[test]
+fn the_lane_takes_no_ticket_and_is_capped_while_short_work_waits() {
+    let c = start(&[("pg_gatekeeper.classes", "long (max_active = 1)")]);
+    burn_once(&c, 0.4);
+    // Two long transactions: with nothing else queued, the lane may use as
+    // many places as there are tickets.
+    let long: Vec<Running> = (0..2).map(|k| c.app(&format!("long{k}")).spawn("SELECT burn(4.0)")).collect();
+    wait_until("two long holders in the lane", Duration::from_secs(5), || {
+        c.admin_i64("SELECT admitted::bigint FROM gatekeeper.classes WHERE class = 'long'") == 2
+    });
+    // Short work still finds both tickets free.
+    let short: Vec<Running> = (0..2).map(|k| c.app(&format!("short{k}")).spawn("SELECT pg_sleep(3)")).collect();
+    wait_until("two short holders", Duration::from_secs(5), || {
+        c.admin_i64("SELECT admitted::bigint FROM gatekeeper.classes WHERE class = 'default'") == 2
+    });
+    // A third short one waits for a ticket; while it does, the lane holds to
+    // its cap: a third long one waits too, though the lane has no ticket
+    // to take.
+    let short3 = c.app("short3").spawn("SELECT pg_sleep(0)");
+    c.wait_queued("short3");
+    let long3 = c.app("long3").spawn("SELECT burn(0.0)");
+    c.wait_queued("long3");
+    assert_stays_queued(&c, &long3, Duration::from_millis(500));
+    short3.join_ok(Duration::from_secs(10));
+    long3.join_ok(Duration::from_secs(15));
+    for r in long.into_iter().chain(short) {
+        r.join_ok(Duration::from_secs(20));
+    }
+    c.assert_quiet();
+}
+
+/// Sessions on a CPU right now, among `app`'s.
+fn computing(c: &Cluster) -> i64 {
+    c.admin_i64(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE usename = 'app' AND state = 'active' AND wait_event IS NULL",
+    )
+}
+
+/// Twelve sessions compute for 3 s each with `max_active = 4` and a lane
+/// capped at 1. With the lane on, computing holders are never relieved, so
+/// at most 4 + 1 compute at once; with it off, relief lets up to 8 in.
+fn cpu_storm(lane: &'static str) -> i64 {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "4"),
+        ("pg_gatekeeper.stall_timeout", "200ms"),
+        ("pg_gatekeeper.classes", "long (max_active = 1)"),
+        ("pg_gatekeeper.long_lane", lane),
+    ]);
+    c.admin_exec(BURN);
+    // One shape, not known yet when they all ask: the worker decides.
+    let storm: Vec<Running> = (0..12).map(|k| c.app(&format!("storm{k}")).spawn("SELECT burn(3.0)")).collect();
+    wait_until("the storm is admitted or queued", Duration::from_secs(5), || {
+        c.admin_i64("SELECT count(*) FROM gatekeeper.sessions WHERE state IN ('active', 'queued')") == 12
+    });
+    // After a second (relief needs 200 ms), watch for two.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut most = 0;
+    for _ in 0..40 {
+        most = most.max(computing(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for r in storm {
+        r.join_ok(Duration::from_secs(60));
+    }
+    c.assert_quiet();
+    most
+}
+
+#[test]
+fn computing_holders_stay_within_the_limit_and_the_lane_cap() {
+    let most = cpu_storm("on");
+    assert!(most <= 5, "{most} sessions computed at once (limit 4, lane cap 1)");
+}
+
+#[test]
+fn without_the_lane_stall_relief_lets_computing_past_the_limit() {
+    // The measure above can fail: with the lane off, relieved computing
+    // holders give their places away.
+    let most = cpu_storm("off");
+    assert!(most > 5, "only {most} sessions computed at once with the lane off");
+}
+
+#[test]
+fn dry_run_learns_and_counts_but_routes_nothing() {
+    let c = start(&[("pg_gatekeeper.long_lane", "dry_run")]);
+    burn_once(&c, 0.4);
+    assert!(c.log_text().contains("would be admitted in the long lane (long_lane = dry_run)"));
+    burn_once(&c, 0.0);
+    let (lane, _, _, routed) = burn_shape(&c).unwrap();
+    assert_eq!((lane.as_str(), routed), ("long", 1), "counted as routed");
+    assert_eq!(class_admitted(&c, "long"), 0, "but admitted in its own class");
+    c.assert_quiet();
+}
+
+#[test]
+fn a_route_by_hand_wins_over_the_lane_and_an_explicit_class_wins_over_both() {
+    let c = start(&[("pg_gatekeeper.classes", "reports (max_active = 1), mine")]);
+    burn_once(&c, 0.4);
+    let q = burn_queryid(&c);
+    c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'reports')"));
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "reports"), 1);
+    assert_eq!(class_admitted(&c, "long"), 0);
+    // A role with a class of its own keeps it.
+    c.admin_exec("CREATE ROLE own LOGIN; GRANT EXECUTE ON FUNCTION burn(float8) TO own; ALTER ROLE own SET pg_gatekeeper.class = 'mine'");
+    c.session_as("own", "own").ok("SELECT burn(0.0)");
+    assert_eq!(class_admitted(&c, "mine"), 1);
+    assert_eq!(class_admitted(&c, "reports"), 1);
+    // Unrouted: back to the lane it learnt.
+    assert!(c.admin_query(&format!("SELECT gatekeeper.unroute_shape({q})"), &[])[0].get::<_, bool>(0));
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "long"), 1);
+    // A route for a while ends by itself.
+    c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'reports', '300 ms')"));
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "reports"), 2);
+    std::thread::sleep(Duration::from_millis(400));
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "reports"), 2);
+    c.assert_quiet();
+}
