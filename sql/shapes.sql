@@ -1,0 +1,70 @@
+-- Query shapes: what the view shows whom, and the functions' errors.
+-- (How shapes enter and leave the long lane is in tests/lane.rs.)
+\set VERBOSITY default
+SELECT gatekeeper.reset_shapes(true);
+
+-- Two gated roles each run a transaction: one shape each (and the view
+-- query of regress_other, which is gated too: it is not in pg_monitor).
+\c - regress_app
+SELECT 1 AS app_query;
+\c - regress_other
+SELECT 1 AS other_query, 2;
+
+-- A role sees its own query ids only; pg_read_all_stats sees them all.
+SELECT count(*) AS shapes, count(queryid) AS visible FROM gatekeeper.shapes;
+\c - regress_monitor
+SELECT count(*) AS shapes, count(queryid) AS visible FROM gatekeeper.shapes;
+\c - postgres
+SELECT userid::regrole, dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AS here,
+       queryid <> 0 AS has_id, lane, routed_to, runs, long_runs, routed_total, mean_time_ms >= 0 AS timed,
+       last_run <= now() AS seen, entered_lane
+  FROM gatekeeper.shapes ORDER BY userid::regrole::text;
+
+-- Routes: to a class that exists, for a while or for good.
+SELECT queryid AS q FROM gatekeeper.shapes WHERE userid = 'regress_app'::regrole \gset
+SELECT gatekeeper.route_shape(:q, 'long');
+SELECT gatekeeper.route_shape(:q, 'default', '1 hour');
+SELECT routed_to, routed_until > now() AS for_a_while FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT gatekeeper.unroute_shape(:q);
+SELECT gatekeeper.unroute_shape(:q);
+SELECT routed_to FROM gatekeeper.shapes WHERE queryid = :q;
+
+-- Bad input.
+SELECT gatekeeper.route_shape(0, 'long');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.route_shape(:q, 'no_such_class');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.route_shape(:q, 'long', '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.route_shape(:q, 'long', '0 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.route_shape(NULL, 'long');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.route_shape(:q, NULL);
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.long_lane = 'sometimes';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.max_shapes = -1;
+\echo :LAST_ERROR_SQLSTATE
+-- A reload setting and a restart setting: not for a session.
+SET pg_gatekeeper.long_lane = 'off';
+\echo :LAST_ERROR_SQLSTATE
+SET pg_gatekeeper.max_shapes = 10;
+\echo :LAST_ERROR_SQLSTATE
+
+-- Only a superuser (or whom one grants) may route or forget.
+\c - regress_app
+SELECT gatekeeper.route_shape(:q, 'long');
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.unroute_shape(:q);
+\echo :LAST_ERROR_SQLSTATE
+SELECT gatekeeper.reset_shapes();
+\echo :LAST_ERROR_SQLSTATE
+\c - postgres
+
+-- Forgetting keeps routes unless asked.
+SELECT gatekeeper.route_shape(:q, 'long');
+SELECT gatekeeper.reset_shapes();
+SELECT count(*) AS kept, min(routed_to) AS route, max(runs) AS runs FROM gatekeeper.shapes;
+SELECT gatekeeper.reset_shapes(true);
+SELECT count(*) AS left FROM gatekeeper.shapes;
