@@ -24,6 +24,9 @@
 #   gate-stall-T  pg_gatekeeper with pg_gatekeeper.stall_timeout = T (e.g. gate-stall-100ms), for choosing the default
 #   gate-progress-T  pg_gatekeeper with pg_gatekeeper.progress_timeout = T (gate-progress-1h: the progress
 #               guarantee effectively off, to measure what it costs)
+#   gate-lane-M  pg_gatekeeper with pg_gatekeeper.long_lane = M (gate-lane-off: no long lane, every
+#               stalled holder relieved, as before the lane)
+#   gate-longcap-N  pg_gatekeeper with the long lane capped at N (class long redefined)
 #   gate-fixed  pg_gatekeeper with the automatic limit fixed at its floor (active_per_cpu_max = 0):
 #               the gate before the adaptive limit
 #   bare-alone, gate-alone  the reports alone (no OLTP clients), without and with the gate
@@ -123,6 +126,8 @@ one_run() { # config form round
     gate-nostall) start pg_gatekeeper "pg_gatekeeper.stall_timeout = 0" ;;
     gate-stall-*) start pg_gatekeeper "pg_gatekeeper.stall_timeout = '${cfg#gate-stall-}'" ;;
     gate-progress-*) start pg_gatekeeper "pg_gatekeeper.progress_timeout = '${cfg#gate-progress-}'" ;;
+    gate-lane-*) start pg_gatekeeper "pg_gatekeeper.long_lane = '${cfg#gate-lane-}'" ;;
+    gate-longcap-*) start pg_gatekeeper "pg_gatekeeper.classes = 'long (max_active = ${cfg#gate-longcap-})'" ;;
     gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'"
       psql_su -c "ALTER ROLE report SET pg_gatekeeper.class = 'reports'" ;;
     gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;

@@ -196,11 +196,11 @@ pub fn apply() -> CpuSource {
     let r = resolve();
     let defs = gucs::classes();
     let mut list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
-    // The long lane's cap, unless the setting gives one: one per effective
-    // CPU, so that long work alone cannot take more than the CPUs while
-    // short work waits (docs/DESIGN.md §15).
+    // The long lane's cap, unless the setting gives one: half the
+    // effective CPUs, rounded up, so that while short work waits, long work
+    // keeps at most half the CPUs busy (docs/DESIGN.md §15).
     if !list.iter().any(|&(name, _)| name == LONG_CLASS) {
-        let cap = r.effective_cpus.ceil().max(1.0) as u32;
+        let cap = (r.effective_cpus / 2.0).ceil().max(1.0) as u32;
         list.push((LONG_CLASS, ClassParams { max_active: cap, ..ClassParams::default() }));
     }
     let now = crate::now_us();

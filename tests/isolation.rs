@@ -41,7 +41,7 @@ enum Way {
     /// Stall relief: they wait (a sleep), so they stop counting.
     Relief,
     /// The long lane: they compute, so they are never relieved; up to the
-    /// lane's cap (one per CPU) move into it and stop taking a ticket.
+    /// lane's cap (half the CPUs) move into it and stop taking a ticket.
     Lane,
 }
 
