@@ -88,6 +88,8 @@ pub struct LimitStatus {
     /// Holders doing work (not waiting on their client or a lock), smoothed
     /// while a queue exists; NaN when none.
     pub working_avg: f64,
+    /// Holders on a CPU, smoothed at every sample (`adaptive::cpu_cap`).
+    pub computing_avg: f64,
 }
 
 impl LimitStatus {
@@ -231,6 +233,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
             (*p).status = LimitStatus {
                 running_avg: f64::NAN,
                 working_avg: f64::NAN,
+                computing_avg: f64::NAN,
                 cpu_idle: 1.0,
                 reason: Reason::Manual as u8,
                 ..LimitStatus::default()

@@ -213,8 +213,8 @@ fn sample_and_steer(
     // Decide under the shared lock: the scan covers every slot, and backends
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, Act)> = vec![];
-    let (busy, working) = shmem::with_gate_shared(|l| {
-        let (mut busy, mut working) = (0u32, 0u32);
+    let (busy, working, computing) = shmem::with_gate_shared(|l| {
+        let (mut busy, mut working, mut computing) = (0u32, 0u32, 0u32);
         let h = l.gate.header();
         // Which stalled holders are relieved is not recorded; while all of
         // them are, none counts against the tickets.
@@ -240,6 +240,7 @@ fn sample_and_steer(
             let stalled = long && !(lane_on && computes);
             busy += uses_server as u32;
             working += (uses_server && !stalled && wait != pg_sys::PG_WAIT_LOCK) as u32;
+            computing += computes as u32;
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
                 changes.push((i, Act::RanLong));
             }
@@ -250,7 +251,7 @@ fn sample_and_steer(
                 changes.push((i, Act::Stall(stalled)));
             }
         }
-        (busy, working)
+        (busy, working, computing)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let h = shmem::with_gate_waking(|mut l, wake| {
@@ -287,6 +288,13 @@ fn sample_and_steer(
         };
         l.status.running_avg = avg;
         l.status.working_avg = working_avg;
+        // Smoothed whether or not anyone is queued: the CPU cap acts either way.
+        let prev_computing = l.status.computing_avg;
+        l.status.computing_avg = controller::smooth(
+            Some(if prev_computing.is_finite() { prev_computing } else { computing as f64 }),
+            computing,
+            h.limit,
+        );
         // Only an automatic limit adapts; a manual one has equal bounds.
         if let Some(tput) = adapt.tput(now, h.counters.admitted) {
             let signals = adaptive::Signals {
@@ -295,6 +303,7 @@ fn sample_and_steer(
                 queued: h.queued,
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
                 tput,
+                computing: l.status.computing_avg,
             };
             if let Some((limit, reason)) = adapt.climber.next_limit(signals) {
                 l.status.reason = reason as u8;

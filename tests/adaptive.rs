@@ -156,3 +156,53 @@ fn a_manual_limit_or_a_zero_ceiling_keeps_it_still() {
     stop_loops(loops, &stop);
     c.assert_quiet();
 }
+
+/// Sessions of `app` on a CPU now (active, no wait event).
+fn computing(c: &Cluster) -> i64 {
+    c.admin_i64(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state = 'active' AND wait_event IS NULL",
+    )
+}
+
+#[test]
+fn a_turn_to_cpu_bound_work_brings_the_limit_back_within_five_seconds() {
+    // Stall relief and the long lane on, as by default: computing holders
+    // must not escape the limit through relief either.
+    let mut conf = conf("100");
+    conf.retain(|(k, _)| *k != "pg_gatekeeper.stall_timeout");
+    conf.push(("pg_gatekeeper.stall_timeout", "200ms"));
+    let c = Cluster::start(&conf);
+    c.admin_exec(
+        "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
+           BEGIN WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP; RETURN 1; END $$;
+         GRANT EXECUTE ON FUNCTION burn(float8) TO app;",
+    );
+    let floor = c.status().max_active();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "sleep", 24, WAIT_BOUND, &stop);
+    c.wait_status_for("wait-bound work grows the limit to four times its floor", Duration::from_secs(20), |s| {
+        s.max_active() >= 4 * floor
+    });
+    // The switch: the same number of sessions, now computing.
+    let stop_cpu = Arc::new(AtomicBool::new(false));
+    let storm = start_loops(&c, "cpu", 24, "SELECT burn(0.3)", &stop_cpu);
+    stop_loops(loops, &stop);
+    let switched = Instant::now();
+    let cap = 2 * floor;
+    c.wait_status_for("the limit comes back to twice its floor", Duration::from_secs(5), |s| s.max_active() <= cap);
+    let lane = c.admin_i64("SELECT max_active::bigint FROM gatekeeper.classes WHERE class = 'long'");
+    // From there, sessions on a CPU stay within twice the floor (and the
+    // long lane's cap, in the moment a holder moves into it).
+    let mut seen = vec![];
+    while switched.elapsed() < Duration::from_secs(8) {
+        seen.push(computing(&c));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    seen.sort_unstable();
+    let median = seen[seen.len() / 2];
+    let most = *seen.last().unwrap();
+    assert!(median <= cap, "median {median} sessions computing, cap {cap}: {seen:?}");
+    assert!(most <= cap + lane, "{most} sessions computing, cap {cap} + lane {lane}: {seen:?}");
+    stop_loops(storm, &stop_cpu);
+    c.assert_quiet();
+}

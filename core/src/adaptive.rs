@@ -32,7 +32,9 @@
 //! pile-up (on the branch rows), and probing down through it is slow, each
 //! step judged on noisy throughput.
 //! Nothing else moves while nobody is queued: the limit does not bind, so
-//! there is nothing to learn.
+//! there is nothing to learn. One rule acts first, queue or not: while more
+//! holders compute than [`cpu_cap`] (twice the floor), the limit comes down
+//! a quarter per window, and it never steps up while they fill it.
 
 /// Length of one window: throughput is compared window by window. At 2000
 /// transactions a second a window counts about 1000, a few per cent of
@@ -121,6 +123,19 @@ pub struct Signals {
     pub working: f64,
     /// Admissions per second over the window.
     pub tput: f64,
+    /// Holders on a CPU (no wait event, or an LWLock), every class and the
+    /// long lane included; smoothed. See [`cpu_cap`].
+    pub computing: f64,
+}
+
+/// Most holders that may compute at once by the limit's doing: twice the
+/// floor (the floor is the CPU-bound optimum, `active_per_cpu` per CPU).
+/// Above it the limit comes down a quarter per window, and it never steps
+/// up from there, whatever throughput says: after wait-bound work has
+/// raised the limit, a turn to CPU-bound work brings it back within a few
+/// windows (60 CPU-bound sessions ran 50 at once at a limit of 38 before).
+pub fn cpu_cap(bounds: Bounds) -> f64 {
+    2.0 * bounds.floor as f64
 }
 
 fn margin(n: u32) -> f64 {
@@ -159,6 +174,11 @@ impl Climber {
             *self = Climber::default();
             return Some((limit, Reason::Reload));
         }
+        if s.computing > cpu_cap(s.bounds) && limit > floor {
+            // More holders compute than the CPUs can serve: down a quarter.
+            *self = Climber { hold: HOLD_WINDOWS, ..Climber::default() };
+            return Some((limit.saturating_sub((limit / 4).max(1)).max(floor), Reason::Shrink));
+        }
         if s.queued == 0 || !s.tput.is_finite() {
             // The limit does not bind: a step would teach nothing. A probe
             // under way stops where it stands.
@@ -166,7 +186,8 @@ impl Climber {
             self.streak = 0;
             return None;
         }
-        let used = s.working >= limit as f64 - margin(limit);
+        // No step up while the holders that compute fill the CPU cap.
+        let used = s.working >= limit as f64 - margin(limit) && s.computing + 1.0 <= cpu_cap(s.bounds);
         if s.working < limit as f64 / 2.0 && limit > floor {
             // Most places are held by sessions waiting on locks (or on their
             // clients, whose places are lent anyway): admitting more behind
@@ -277,7 +298,14 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let jitter = 1.0 + noise * ((rng % 2001) as f64 / 1000.0 - 1.0);
-            let s = Signals { limit, bounds: B, queued: 500, working: limit as f64, tput: x(limit) * jitter };
+            let s = Signals {
+                limit,
+                bounds: B,
+                queued: 500,
+                working: limit as f64,
+                tput: x(limit) * jitter,
+                computing: 0.0,
+            };
             if let Some((n, _)) = c.next_limit(s) {
                 limit = n;
             }
@@ -347,9 +375,9 @@ mod tests {
         let mut c = Climber::default();
         for k in 0..100 {
             // Eight holders wait on one lock: none works.
-            let s = Signals { limit: 8, bounds: B, queued: 50, working: 0.0, tput: 100.0 + k as f64 };
+            let s = Signals { limit: 8, bounds: B, queued: 50, working: 0.0, tput: 100.0 + k as f64, computing: 0.0 };
             assert_eq!(c.next_limit(s), None);
-            let s = Signals { limit: 8, bounds: B, queued: 0, working: 8.0, tput: 100.0 * k as f64 };
+            let s = Signals { limit: 8, bounds: B, queued: 0, working: 8.0, tput: 100.0 * k as f64, computing: 0.0 };
             assert_eq!(c.next_limit(s), None);
         }
     }
@@ -361,7 +389,8 @@ mod tests {
         let mut windows = 0;
         while limit > B.floor {
             // Three quarters of the holders wait on a lock.
-            let s = Signals { limit, bounds: B, queued: 900, working: limit as f64 / 4.0, tput: 1000.0 };
+            let s =
+                Signals { limit, bounds: B, queued: 900, working: limit as f64 / 4.0, tput: 1000.0, computing: 0.0 };
             let (n, why) = c.next_limit(s).expect("comes down");
             assert_eq!(why, Reason::Shrink);
             limit = n;
@@ -371,23 +400,86 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_to_cpu_bound_work_brings_it_down_within_ten_windows() {
+        // Raised to 38 by wait-bound work; now 60 sessions compute, every
+        // holder on a CPU, and throughput holds whatever the limit.
+        let mut c = Climber::default();
+        let mut limit = 38;
+        let mut windows = 0;
+        while windows < 10 {
+            let s =
+                Signals { limit, bounds: B, queued: 22, working: limit as f64, tput: 500.0, computing: limit as f64 };
+            if let Some((n, _)) = c.next_limit(s) {
+                limit = n;
+            }
+            windows += 1;
+        }
+        assert!(limit as f64 <= cpu_cap(B), "still {limit} after {windows} windows");
+        // And it never steps up while the computing holders fill the cap,
+        // even when throughput would reward it.
+        for k in 0..40 {
+            let s = Signals {
+                limit,
+                bounds: B,
+                queued: 22,
+                working: limit as f64,
+                tput: 500.0 * (1.0 + k as f64),
+                computing: cpu_cap(B),
+            };
+            if let Some((n, _)) = c.next_limit(s) {
+                assert!(n <= limit, "stepped up from {limit} to {n} with the CPU cap full");
+                limit = n;
+            }
+        }
+    }
+
+    #[test]
+    fn wait_bound_work_still_grows_past_the_cpu_cap() {
+        // Holders that sleep do not compute: growth goes on past 2 x floor.
+        let mut c = Climber::default();
+        let mut limit = B.floor;
+        for k in 0..60 {
+            let s = Signals {
+                limit,
+                bounds: B,
+                queued: 500,
+                working: limit as f64,
+                tput: 100.0 * limit as f64,
+                computing: 1.0 + (k % 2) as f64,
+            };
+            if let Some((n, _)) = c.next_limit(s) {
+                limit = n;
+            }
+        }
+        assert!(limit as f64 > cpu_cap(B), "only {limit}");
+    }
+
+    #[test]
     fn fixed_bounds_never_move_and_out_of_bounds_is_pulled_back() {
         let fixed = Bounds { floor: 8, ceiling: 8 };
         let mut c = Climber::default();
         for k in 0..50 {
-            let s = Signals { limit: 8, bounds: fixed, queued: 50, working: 8.0, tput: 100.0 * k as f64 };
+            let s =
+                Signals { limit: 8, bounds: fixed, queued: 50, working: 8.0, tput: 100.0 * k as f64, computing: 0.0 };
             assert_eq!(c.next_limit(s), None);
         }
-        let s = Signals { limit: 500, bounds: B, queued: 50, working: 500.0, tput: 1.0 };
+        let s = Signals { limit: 500, bounds: B, queued: 50, working: 500.0, tput: 1.0, computing: 0.0 };
         assert_eq!(c.next_limit(s), Some((400, Reason::Reload)));
-        let s = Signals { limit: 2, bounds: B, queued: 50, working: 2.0, tput: 1.0 };
+        let s = Signals { limit: 2, bounds: B, queued: 50, working: 2.0, tput: 1.0, computing: 0.0 };
         assert_eq!(c.next_limit(s), Some((8, Reason::Reload)));
     }
 
     #[test]
     fn a_step_that_does_not_pay_is_taken_back_and_held() {
         let mut c = Climber::default();
-        let s = |limit: u32, tput: f64| Signals { limit, bounds: B, queued: 50, working: limit as f64, tput };
+        let s = |limit: u32, tput: f64| Signals {
+            limit,
+            bounds: B,
+            queued: 50,
+            working: limit as f64,
+            tput,
+            computing: 0.0,
+        };
         assert_eq!(c.next_limit(s(16, 1000.0)), Some((18, Reason::Grow)), "an eighth up");
         assert_eq!(c.next_limit(s(18, 1100.0)), Some((22, Reason::Grow)), "paid: twice the step");
         assert_eq!(c.next_limit(s(22, 1110.0)), Some((18, Reason::Shrink)), "1 %: back");
