@@ -88,7 +88,8 @@ pub struct LimitStatus {
     /// Holders doing work (not waiting on their client or a lock), smoothed
     /// while a queue exists; NaN when none.
     pub working_avg: f64,
-    /// Holders on a CPU, smoothed at every sample (`adaptive::cpu_cap`).
+    /// Holders computing past `stall_timeout`, smoothed at every sample
+    /// (`adaptive::cpu_cap`).
     pub computing_avg: f64,
 }
 

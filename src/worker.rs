@@ -240,7 +240,10 @@ fn sample_and_steer(
             let stalled = long && !(lane_on && computes);
             busy += uses_server as u32;
             working += (uses_server && !stalled && wait != pg_sys::PG_WAIT_LOCK) as u32;
-            computing += computes as u32;
+            // Computing past stall_timeout: what the CPU cap counts. Short
+            // statements on a busy CPU show no wait event either while they
+            // wait for it; the limit's throughput probes judge those.
+            computing += (long && computes) as u32;
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
                 changes.push((i, Act::RanLong));
             }

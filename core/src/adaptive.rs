@@ -33,8 +33,10 @@
 //! step judged on noisy throughput.
 //! Nothing else moves while nobody is queued: the limit does not bind, so
 //! there is nothing to learn. One rule acts first, queue or not: while more
-//! holders compute than [`cpu_cap`] (twice the floor), the limit comes down
-//! a quarter per window, and it never steps up while they fill it.
+//! holders compute long than one and a half times the floor, the limit
+//! comes down a quarter per window, and it never steps up while as many as
+//! the floor do: holders computing long stay within [`cpu_cap`], twice the
+//! floor.
 
 /// Length of one window: throughput is compared window by window. At 2000
 /// transactions a second a window counts about 1000, a few per cent of
@@ -123,19 +125,32 @@ pub struct Signals {
     pub working: f64,
     /// Admissions per second over the window.
     pub tput: f64,
-    /// Holders on a CPU (no wait event, or an LWLock), every class and the
-    /// long lane included; smoothed. See [`cpu_cap`].
+    /// Holders whose statement has computed (no wait event, or an LWLock)
+    /// for `stall_timeout` or longer, every class and the long lane
+    /// included; smoothed. See [`cpu_cap`].
     pub computing: f64,
 }
 
-/// Most holders that may compute at once by the limit's doing: twice the
-/// floor (the floor is the CPU-bound optimum, `active_per_cpu` per CPU).
-/// Above it the limit comes down a quarter per window, and it never steps
-/// up from there, whatever throughput says: after wait-bound work has
-/// raised the limit, a turn to CPU-bound work brings it back within a few
-/// windows (60 CPU-bound sessions ran 50 at once at a limit of 38 before).
+/// Most holders that may compute long at once by the limit's doing: twice
+/// the floor (the floor is the CPU-bound optimum, `active_per_cpu` per
+/// CPU). Above one and a half times the floor the limit comes down a
+/// quarter per window, and from the floor up it never steps up, whatever
+/// throughput says: after wait-bound work
+/// has raised the limit, a turn to long CPU-bound statements brings it
+/// back within a few windows (60 such sessions ran 50 at once at a limit
+/// of 38 before). Only statements computing past `stall_timeout` count:
+/// short ones waiting for a busy CPU show no wait event either, and
+/// counting them held the wait-bound workload's limit at 40 where
+/// throughput wanted 70-140.
 pub fn cpu_cap(bounds: Bounds) -> f64 {
     2.0 * bounds.floor as f64
+}
+
+/// Above this many holders computing long (one and a half times the
+/// floor), the limit comes down: far enough below [`cpu_cap`] that the
+/// smoothing's lag and a sample's noise stay within it.
+fn shrink_above(bounds: Bounds) -> f64 {
+    1.5 * bounds.floor as f64
 }
 
 fn margin(n: u32) -> f64 {
@@ -174,7 +189,7 @@ impl Climber {
             *self = Climber::default();
             return Some((limit, Reason::Reload));
         }
-        if s.computing > cpu_cap(s.bounds) && limit > floor {
+        if s.computing > shrink_above(s.bounds) && limit > floor {
             // More holders compute than the CPUs can serve: down a quarter.
             *self = Climber { hold: HOLD_WINDOWS, ..Climber::default() };
             return Some((limit.saturating_sub((limit / 4).max(1)).max(floor), Reason::Shrink));
@@ -186,8 +201,11 @@ impl Climber {
             self.streak = 0;
             return None;
         }
-        // No step up while the holders that compute fill the CPU cap.
-        let used = s.working >= limit as f64 - margin(limit) && s.computing + 1.0 <= cpu_cap(s.bounds);
+        // No step up while as many holders as the floor compute long (the
+        // floor is the CPU-bound optimum): young statements do not count
+        // yet, and stepping up on their account would overshoot the cap
+        // once they do.
+        let used = s.working >= limit as f64 - margin(limit) && s.computing < floor as f64;
         if s.working < limit as f64 / 2.0 && limit > floor {
             // Most places are held by sessions waiting on locks (or on their
             // clients, whose places are lent anyway): admitting more behind
@@ -415,7 +433,7 @@ mod tests {
             windows += 1;
         }
         assert!(limit as f64 <= cpu_cap(B), "still {limit} after {windows} windows");
-        // And it never steps up while the computing holders fill the cap,
+        // And it never steps up while as many as the floor compute long,
         // even when throughput would reward it.
         for k in 0..40 {
             let s = Signals {
@@ -424,7 +442,7 @@ mod tests {
                 queued: 22,
                 working: limit as f64,
                 tput: 500.0 * (1.0 + k as f64),
-                computing: cpu_cap(B),
+                computing: B.floor as f64,
             };
             if let Some((n, _)) = c.next_limit(s) {
                 assert!(n <= limit, "stepped up from {limit} to {n} with the CPU cap full");

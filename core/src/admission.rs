@@ -188,14 +188,16 @@ impl GateHeader {
         self.queued > self.classes[LONG].queued
     }
     /// How many holders the long lane may have now: its cap while others
-    /// wait, and while nobody else waits, at least as many as the tickets
-    /// (work-conserving: long work alone may use every place). A cap of 0
-    /// means no cap.
+    /// wait; while nobody else waits, also every place the others leave
+    /// free (work-conserving: long work alone may use every place, and long
+    /// work beside short work never takes more than the places short work
+    /// leaves, so that together they stay within the tickets plus the cap).
+    /// A cap of 0 means no cap.
     pub fn lane_cap(&self) -> u32 {
         match self.classes[LONG].params.max_active {
             0 => u32::MAX,
             cap if self.others_queued() => cap,
-            cap => cap.max(self.tickets),
+            cap => cap.max(self.tickets.saturating_sub(self.counted())),
         }
     }
     /// Whether class `k` may take one more holder as far as its own cap goes.
@@ -1488,13 +1490,15 @@ mod tests {
         assert_eq!(g.request(4, LONG, 3, 0), Request::Queued { position: 1 });
         assert_eq!(g.header().counted(), 2);
         g.check().unwrap();
-        // The short waiter gets the next ticket; then nobody else waits, so
-        // the lane may use as many places as there are tickets.
-        let woken = f.release(0, 4);
-        assert_eq!(woken, vec![2, 4]);
+        // The short waiter gets the next ticket. Nobody else waits now, but
+        // short work holds every ticket: the lane keeps to its cap.
+        assert_eq!(f.release(0, 4), vec![2]);
+        assert_eq!(f.release(1, 5), vec![]);
+        // One ticket free: the lane may use it too.
+        assert_eq!(f.release(2, 6), vec![4]);
         let mut g = f.gate();
         assert_eq!(g.header().classes[LONG].admitted, 2);
-        assert_eq!(g.request(5, LONG, 5, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(5, LONG, 7, 0), Request::Queued { position: 1 });
         g.check().unwrap();
     }
 
@@ -1533,18 +1537,29 @@ mod tests {
         assert_eq!(woken, vec![3]);
         assert!(g.slot(1).long_run);
         assert_eq!(g.header().classes[LONG].admitted, 1);
-        // The lane is at its cap while nobody waits? Nobody waits now, so
-        // the cap is the tickets: the relieved holder may move too, and
-        // stops being stalled.
+        // Nobody waits now, but short work holds every ticket: the lane is
+        // at its cap, and the relieved holder stays where it is.
+        assert!(!g.move_to_lane(0, 4, &mut |_| {}));
+        assert_eq!(g.header().stalled, 1);
+        g.check().unwrap();
+        // Short work ends and leaves every ticket free: the lane may take
+        // those places, and a stalled holder that moves stops being stalled.
+        let mut woken = vec![];
+        assert!(g.release(2, 4, &mut |w| woken.push(w)));
+        assert!(!g.move_to_lane(0, 4, &mut |_| {}), "one ticket free, the lane holds one");
+        assert!(g.release(3, 4, &mut |w| woken.push(w)));
+        assert!(woken.is_empty());
         assert!(g.move_to_lane(0, 4, &mut |_| {}));
         assert_eq!(g.header().stalled, 0);
+        assert_eq!(g.header().classes[LONG].admitted, 2);
         g.check().unwrap();
         // With short work waiting, the lane is over its cap: nobody moves,
         // and a computing holder keeps its ticket.
-        assert_eq!(g.request(4, DEFAULT, 5, 0), Request::Queued { position: 1 });
-        assert!(!g.move_to_lane(2, 6, &mut |_| {}));
-        assert_eq!(g.slot(2).class as usize, DEFAULT);
-        // A class of its own is never moved.
+        assert_eq!(g.request(4, DEFAULT, 5, 0), Request::Admitted);
+        assert_eq!(g.request(5, DEFAULT, 5, 0), Request::Admitted);
+        assert_eq!(g.request(6, DEFAULT, 5, 0), Request::Queued { position: 1 });
+        assert!(!g.move_to_lane(4, 6, &mut |_| {}));
+        assert_eq!(g.slot(4).class as usize, DEFAULT);
         g.check().unwrap();
     }
 
