@@ -76,7 +76,7 @@ pub fn admit(query_id: u64) {
         }
         (req, limit, class)
     });
-    session::set_shape(db, query_id, now);
+    session::set_shape(db, query_id);
     match req {
         Request::Admitted => session::set_admitted(true),
         Request::Rejected { queued, full } => {

@@ -84,7 +84,13 @@ pub fn set_admitted(v: bool) {
         if v {
             // SAFETY: reads a backend-local timestamp.
             l.last_statement.set(unsafe { pg_sys::GetCurrentStatementStartTimestamp() });
-            shmem::run_start(l.slot.get()).store(crate::now_us(), Ordering::Relaxed);
+            let now = crate::now_us();
+            shmem::run_start(l.slot.get()).store(now, Ordering::Relaxed);
+            // The shape's clocks start at the admission, not at the request:
+            // time spent queued is not the transaction's.
+            if let Some(s) = l.shape.get() {
+                l.shape.set(Some(Shaped { admitted_us: now, cpu_us: cpu_time_us(), ..s }));
+            }
         }
     });
 }
@@ -110,9 +116,10 @@ pub fn cpu_time_us() -> i64 {
 }
 
 /// Remember the shape of the transaction asking for admission (see
-/// `gate::release`). A statement with no query id leaves no shape.
-pub fn set_shape(db: u32, query_id: u64, admitted_us: i64) {
-    let shaped = (query_id != 0).then(|| Shaped { db, query_id, admitted_us, cpu_us: cpu_time_us() });
+/// `gate::release`); its clocks start when it is admitted
+/// ([`set_admitted`]). A statement with no query id leaves no shape.
+pub fn set_shape(db: u32, query_id: u64) {
+    let shaped = (query_id != 0).then_some(Shaped { db, query_id, admitted_us: 0, cpu_us: 0 });
     LOCAL.with(|l| l.shape.set(shaped));
 }
 
