@@ -28,9 +28,10 @@
 //!   idleness from them (a stale read costs one sample's accuracy).
 //!
 //! This module only lays the segment out: an empty gate, with no limit and
-//! only the class `default`. The postmaster then applies the settings to it
-//! through the same path as every reload (`limit::apply`, handed to
-//! [`init`]), before any backend or the worker can use it. After a crash the
+//! only the built-in classes `default` and `long`. The postmaster then
+//! applies the settings to it through the same path as every reload
+//! (`limit::apply`, handed to [`init`]), before any backend or the worker
+//! can use it. After a crash the
 //! postmaster reinitialises shared memory, and both steps run again (the
 //! startup hook sees `found == false`).
 

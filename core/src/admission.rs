@@ -22,6 +22,13 @@
 //!   re-issuing places at release until the holders fall below it.
 //! - The deadlock breaker may admit a specific waiter over every limit
 //!   ([`Gate::overflow_admit`]).
+//! - The long lane, class [`LONG`] (docs/DESIGN.md §15), takes no ticket:
+//!   its holders never count against the tickets. It is capped by its own
+//!   `max_active` while another class has sessions queued, and otherwise
+//!   may also take the places the others leave free ([`GateHeader::lane_cap`]);
+//!   its queue is served by [`Gate::pump_lane`], never by a freed ticket. A
+//!   holder of `default` seen computing long moves into it
+//!   ([`Gate::move_to_lane`]).
 //!
 //! All operations are O(1) in the number of sessions, and O(classes) where
 //! a class is chosen, except [`Gate::queue_position`] and [`Gate::check`],
@@ -262,8 +269,9 @@ impl<'a> Gate<'a> {
         Gate { h, slots }
     }
 
-    /// Reset everything to an empty gate with this limit and only the class
-    /// `default`.
+    /// Reset everything to an empty gate with this limit and only the
+    /// built-in classes `default` and `long` (the long lane, at its default
+    /// cap until the settings are applied).
     pub fn init(&mut self, limit: u32, now_us: i64) {
         *self.h = GateHeader { limit, tickets: limit, stats_reset_us: now_us, ..GateHeader::default() };
         for c in self.h.classes.iter_mut() {
