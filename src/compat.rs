@@ -15,6 +15,8 @@
 //! - 18 adds a range-table entry for the grouping step to a query with
 //!   GROUP BY (`RTE_GROUP`, its grouped expressions in `groupexprs`):
 //!   [`group_rte_exprs`].
+//! - `Query.queryId` and `PlannedStmt.queryId` are `uint64` to 17 and
+//!   `int64` from 18: [`query_id`].
 //! - Everything else the extension uses (shmem_request_hook, LWLock
 //!   tranches, latches, wait events, background workers, GUC hooks) is the
 //!   same in the four versions.
@@ -49,4 +51,18 @@ pub fn group_rte_exprs(rte: &pg_sys::RangeTblEntry) -> Option<*mut pg_sys::List>
     #[cfg(not(feature = "pg18"))]
     let _ = rte;
     None
+}
+
+/// A query id as the gate keeps it (the bits PostgreSQL computed, unsigned):
+/// `uint64` to 17, `int64` from 18.
+#[cfg(not(feature = "pg18"))]
+pub fn query_id(id: u64) -> u64 {
+    id
+}
+
+/// A query id as the gate keeps it (the bits PostgreSQL computed, unsigned):
+/// `uint64` to 17, `int64` from 18.
+#[cfg(feature = "pg18")]
+pub fn query_id(id: i64) -> u64 {
+    id as u64
 }

@@ -25,7 +25,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{citus, gate, gucs, monitor, session};
+use crate::{citus, compat, gate, gucs, monitor, session};
 
 unsafe extern "C" {
     /// Saves the previous hooks and installs the C entry points; it only
@@ -102,7 +102,7 @@ unsafe fn admit_query(query: *mut pg_sys::Query) {
         session::pass_this_transaction();
     } else {
         // SAFETY: per the caller.
-        gate::admit(unsafe { (*query).queryId });
+        gate::admit(compat::query_id(unsafe { (*query).queryId }));
     }
 }
 
@@ -120,7 +120,7 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
             free = true;
         } else {
             // SAFETY: a QueryDesc being started has its PlannedStmt.
-            gate::admit(unsafe { (*(*query_desc).plannedstmt).queryId });
+            gate::admit(compat::query_id(unsafe { (*(*query_desc).plannedstmt).queryId }));
         }
     }
     session::note_statement();
@@ -252,7 +252,7 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
         Utility::Gated => {
             if needs_admission() {
                 // SAFETY: as above.
-                gate::admit(unsafe { (*pstmt).queryId });
+                gate::admit(compat::query_id(unsafe { (*pstmt).queryId }));
             }
             session::enter_utility();
             // SAFETY: as above.
