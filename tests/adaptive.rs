@@ -157,23 +157,12 @@ fn a_manual_limit_or_a_zero_ceiling_keeps_it_still() {
     c.assert_quiet();
 }
 
-/// Sessions of `app` on a CPU now (active, no wait event).
-fn computing(c: &Cluster) -> i64 {
-    c.admin_i64(
-        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state = 'active' AND wait_event IS NULL",
-    )
-}
-
 #[test]
 fn a_turn_to_cpu_bound_work_brings_the_limit_back_within_five_seconds() {
     // The default floor (4 per CPU), stall relief and the long lane on, as
     // by default: computing holders must not escape through relief either.
     let c = Cluster::start(&[("pg_gatekeeper.stall_timeout", "200ms"), ("max_connections", "150")]);
-    c.admin_exec(
-        "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
-           BEGIN WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP; RETURN 1; END $$;
-         GRANT EXECUTE ON FUNCTION burn(float8) TO app;",
-    );
+    c.create_burn();
     let floor = c.status().max_active();
     let stop = Arc::new(AtomicBool::new(false));
     let loops = start_loops(&c, "sleep", 60, WAIT_BOUND, &stop);
@@ -195,7 +184,7 @@ fn a_turn_to_cpu_bound_work_brings_the_limit_back_within_five_seconds() {
     std::thread::sleep(Duration::from_secs(5).saturating_sub(switched.elapsed()));
     let mut seen = vec![];
     while switched.elapsed() < Duration::from_secs(10) {
-        seen.push(computing(&c));
+        seen.push(c.app_computing());
         std::thread::sleep(Duration::from_millis(50));
     }
     seen.sort_unstable();

@@ -14,18 +14,11 @@ use std::time::Duration;
 
 use common::{assert_stays_queued, wait_until, Cluster, Running};
 
-const BURN: &str = "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
-    BEGIN
-        WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP;
-        RETURN 1;
-    END $$;
-    GRANT EXECUTE ON FUNCTION burn(float8) TO app;";
-
 fn start(extra: &[(&'static str, &'static str)]) -> Cluster {
     let mut conf = vec![("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.stall_timeout", "200ms")];
     conf.extend_from_slice(extra);
     let c = Cluster::start(&conf);
-    c.admin_exec(BURN);
+    c.create_burn();
     c
 }
 
@@ -111,14 +104,6 @@ fn the_lane_takes_no_ticket_and_is_capped_while_short_work_waits() {
     c.assert_quiet();
 }
 
-/// Sessions on a CPU right now, among `app`'s.
-fn computing(c: &Cluster) -> i64 {
-    c.admin_i64(
-        "SELECT count(*) FROM pg_stat_activity
-          WHERE usename = 'app' AND state = 'active' AND wait_event IS NULL",
-    )
-}
-
 /// Twelve sessions compute for 3 s each with `max_active = 4` and a lane
 /// capped at 1. With the lane on, computing holders are never relieved, so
 /// at most 4 + 1 compute at once; with it off, relief lets up to 8 in.
@@ -129,7 +114,7 @@ fn cpu_storm(lane: &'static str) -> i64 {
         ("pg_gatekeeper.classes", "long (max_active = 1)"),
         ("pg_gatekeeper.long_lane", lane),
     ]);
-    c.admin_exec(BURN);
+    c.create_burn();
     // One shape, not known yet when they all ask: the worker decides.
     let storm: Vec<Running> = (0..12).map(|k| c.app(&format!("storm{k}")).spawn("SELECT burn(3.0)")).collect();
     wait_until("the storm is admitted or queued", Duration::from_secs(5), || {
@@ -139,7 +124,7 @@ fn cpu_storm(lane: &'static str) -> i64 {
     std::thread::sleep(Duration::from_secs(1));
     let mut most = 0;
     for _ in 0..40 {
-        most = most.max(computing(&c));
+        most = most.max(c.app_computing());
         std::thread::sleep(Duration::from_millis(50));
     }
     for r in storm {

@@ -236,6 +236,26 @@ impl Cluster {
         self.admin_query(sql, &[])[0].get(0)
     }
 
+    /// Create `burn(s float8)`, which computes for `s` seconds, executable
+    /// by `app`.
+    pub fn create_burn(&self) {
+        self.admin_exec(
+            "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
+               BEGIN
+                 WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP;
+                 RETURN 1;
+               END $$;
+             GRANT EXECUTE ON FUNCTION burn(float8) TO app;",
+        );
+    }
+
+    /// Sessions of `app` on a CPU now (active, no wait event).
+    pub fn app_computing(&self) -> i64 {
+        self.admin_i64(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state = 'active' AND wait_event IS NULL",
+        )
+    }
+
     /// After a crash restart: wait until the server accepts connections
     /// again and replace the observer connection.
     pub fn reconnect_admin(&self, timeout: Duration) {
