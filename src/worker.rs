@@ -230,7 +230,11 @@ fn sample_and_steer(
                 scan.holder(wait, s.pid, s.class as usize, counts);
             }
             let uses_server = wait != pg_sys::PG_WAIT_CLIENT;
-            let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed);
+            // A holder admitted from the queue sets its run start only once
+            // it wakes; until then its slot's grant time stands in, or a
+            // long wait in the queue would read as a long run (and its
+            // park wait as a stall).
+            let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed).max(s.admitted_at_us);
             let long = uses_server && stall_us > 0 && ran_us >= stall_us;
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.

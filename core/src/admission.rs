@@ -248,6 +248,10 @@ pub struct Slot {
     next: u32,
     /// When the current or last wait began.
     pub wait_start_us: i64,
+    /// When the current or last admission was granted. The backend learns
+    /// of a grant only when it wakes: until then, this is where its run
+    /// starts as far as anyone watching it goes.
+    pub admitted_at_us: i64,
     /// Length of the last completed wait (admitted or abandoned).
     pub last_wait_us: u64,
     /// Transactions admitted for this session.
@@ -888,6 +892,7 @@ impl<'a> Gate<'a> {
         let waited = if was_queued { self.end_wait(i, now_us) } else { 0 };
         let s = &mut self.slots[i];
         s.state = SlotState::Admitted;
+        s.admitted_at_us = now_us;
         s.overflow = overflow;
         s.stalled = false;
         s.long_run = false;
@@ -1006,6 +1011,11 @@ mod tests {
         assert_eq!(f.release(1, 110), vec![3]);
         assert_eq!(f.release(2, 120), vec![4]);
         assert!(f.gate().is_admitted(4));
+        // Each admission carries its grant time, for whoever watches the
+        // holder before it wakes.
+        assert_eq!(f.gate().slot(1).admitted_at_us, 0);
+        assert_eq!(f.gate().slot(3).admitted_at_us, 110);
+        assert_eq!(f.gate().slot(4).admitted_at_us, 120);
         let h = *f.gate().header();
         assert_eq!(h.counters.admitted, 5);
         assert_eq!(h.counters.waited, 3);
