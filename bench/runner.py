@@ -35,6 +35,8 @@ CSV_FIELDS = [
     "cpu_idle_pct", "cpu_pressure_some_pct",
     # added with the sysbench workloads (older CSVs lack them)
     "tool", "ps_mode", "p95_latency_ms", "ignored_errors", "reconnects",
+    # holders relieved by the stall check during the run (older CSVs lack it)
+    "gk_stalls",
 ]
 
 
@@ -402,11 +404,11 @@ class Runner:
     def gk_stats(self, row, t0, t1):
         c = self.cluster
         st = c.sql_row("SELECT max_active, ticket_ceiling, tickets, admitted_total, waited_total, "
-                       "overflow_total, queue_timeouts_total, round(wait_p99_ms::numeric, 3) "
+                       "overflow_total, queue_timeouts_total, round(wait_p99_ms::numeric, 3), stalls_total "
                        "FROM gatekeeper.status")
         if st:
             for k, v in zip(["gk_max_active", "gk_ticket_ceiling", "gk_tickets_end", "gk_admitted",
-                             "gk_waited", "gk_overflow", "gk_timeouts", "gk_wait_p99_ms"], st):
+                             "gk_waited", "gk_overflow", "gk_timeouts", "gk_wait_p99_ms", "gk_stalls"], st):
                 row[k] = v
         h = c.sql_row("SELECT round(avg(tickets), 1), max(tickets), round(avg(running), 1), "
                       "round(avg(queued), 1), max(queued), round(avg(max_active), 1), min(max_active), "
