@@ -157,14 +157,24 @@ one_run() { # config form round
   n=$(wc -l < "$done_file")
   [ -s "$work/reports-$tag.err" ] && echo "  report errors: $(sort -u "$work/reports-$tag.err" | head -3 | tr '\n' ' ')"
   rm -f "$work"/tx-"$tag".*
-  echo "$cfg,$form,$rnd,${tps:-0},$p99,$n" >> "$out/results.csv"
+  # The gate's limit over the run (from its history) and the holders its
+  # stall check relieved: what the adaptive limit did beside long work.
+  local gk=",,,"
+  if [[ $cfg == gate* ]]; then
+    gk=$(psql_su -Atc "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
+           -c "SELECT concat_ws(',', round(avg(max_active), 1), min(max_active), max(max_active),
+                 (SELECT stalls_total FROM gatekeeper.status))
+               FROM gatekeeper.history WHERE sample_time > now() - interval '$duration s'" 2>/dev/null | tail -1)
+    gk=",${gk:-,,,}"
+  fi
+  echo "$cfg,$form,$rnd,${tps:-0},$p99,$n$gk" >> "$out/results.csv"
   printf '%-13s %-6s round %s: %8s OLTP tps, p99 %8s ms, %3s reports\n' "$cfg" "$form" "$rnd" "${tps:-0}" "$p99" "$n"
   [ "$cfg" = pgbouncer ] && kill "$(cat "$work/pgbouncer.pid")" && sleep 0.5
   [ "$cfg" = gate-class ] && psql_su -c "ALTER ROLE report RESET pg_gatekeeper.class"
   stop
 }
 
-echo "config,form,round,oltp_tps,oltp_p99_ms,reports" > "$out/results.csv"
+echo "config,form,round,oltp_tps,oltp_p99_ms,reports,limit_avg,limit_min,limit_max,stalls" > "$out/results.csv"
 echo "mixed: $clients TPC-B clients + $reports report loops ($forms), ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs, $durability commits"
 for rnd in $(seq "$rounds"); do
   for form in ${forms//,/ }; do
@@ -186,7 +196,7 @@ lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops
          f"{os.cpu_count()} CPUs, medians of {rounds} round(s) (min-max). Reports as a single statement (`single`) "
          f"or inside BEGIN ... COMMIT (`block`); `-alone`: the reports without OLTP clients. "
          f"Command: `MIXED_CONFIGS='{configs}' bench/mixed.sh --clients {clients} --reports {reports} --rounds {rounds} --duration {duration} --forms {forms}{flag}`.", "",
-         "| configuration | reports | OLTP tps | vs bare | OLTP p99 ms | reports done | vs bare |", "|---|---|---|---|---|---|---|"]
+         "| configuration | reports | OLTP tps | vs bare | OLTP p99 ms | reports done | vs bare | gate limit avg (range), holders relieved |", "|---|---|---|---|---|---|---|---|"]
 for f in forms.split(","):
     for c in cfgs:
         t, p, n = col(c, f, "oltp_tps"), col(c, f, "oltp_p99_ms"), col(c, f, "reports")
@@ -201,7 +211,10 @@ for f in forms.split(","):
             ratio = f"{m / bt:.2f}x" if bt else ""
             oltp = f"| {m:.0f} ({min(t):.0f}-{max(t):.0f}) | {ratio} | {med(p):.1f} "
         nr = f"{med(n) / bn:.2f}x" if bn else ""
-        lines.append(f"| {c} | {f} {oltp}| {med(n):.0f} ({min(n):.0f}-{max(n):.0f}) | {nr} |")
+        lim = [r for r in rows if r["config"] == c and r["form"] == f and r.get("limit_avg")]
+        lim = (f"{med([float(r['limit_avg']) for r in lim]):.1f} ({min(int(r['limit_min']) for r in lim)}-"
+               f"{max(int(r['limit_max']) for r in lim)}), {med([int(r['stalls']) for r in lim]):.0f}") if lim else ""
+        lines.append(f"| {c} | {f} {oltp}| {med(n):.0f} ({min(n):.0f}-{max(n):.0f}) | {nr} | {lim} |")
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
