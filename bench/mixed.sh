@@ -159,7 +159,7 @@ one_run() { # config form round
   rm -f "$work"/tx-"$tag".*
   # The gate's limit over the run (from its history) and the holders its
   # stall check relieved: what the adaptive limit did beside long work.
-  local gk=",,,"
+  local gk=",,,,"
   if [[ $cfg == gate* ]]; then
     gk=$(psql_su -Atc "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
            -c "SELECT concat_ws(',', round(avg(max_active), 1), min(max_active), max(max_active),
