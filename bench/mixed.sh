@@ -27,6 +27,8 @@
 #   gate-lane-M  pg_gatekeeper with pg_gatekeeper.long_lane = M (gate-lane-off: no long lane, every
 #               stalled holder relieved, as before the lane)
 #   gate-longcap-N  pg_gatekeeper with the long lane capped at N (class long redefined)
+#   gate-max-N  pg_gatekeeper with the limit set by hand to N (pg_gatekeeper.max_active = N), to see
+#               whether a larger limit than the adaptive one would pay
 #   gate-fixed  pg_gatekeeper with the automatic limit fixed at its floor (active_per_cpu_max = 0):
 #               the gate before the adaptive limit
 #   bare-alone, gate-alone  the reports alone (no OLTP clients), without and with the gate
@@ -131,6 +133,7 @@ one_run() { # config form round
     gate-class) start pg_gatekeeper "pg_gatekeeper.classes = 'reports (max_active = 2)'"
       psql_su -c "ALTER ROLE report SET pg_gatekeeper.class = 'reports'" ;;
     gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;
+    gate-max-*) start pg_gatekeeper "pg_gatekeeper.max_active = ${cfg#gate-max-}" ;;
   esac
   sleep 1
   local tag="$cfg-$form-$rnd" done_file="$work/reports-$cfg-$form-$rnd" sql="$REPORT"
