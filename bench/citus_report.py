@@ -94,6 +94,7 @@ out.append("\ntps: pgbench's number (without initial connection time). A run *hu
            "within the bound given above (it was killed, the views recorded in runs/*/hang-*.txt); *stuck after kill*: app "
            "sessions still busy on some node 10 s after that (runs/*/after-kill-*.txt). overflow admissions: the rise "
            "of gatekeeper.status.overflow_total on each node. progress / breaker log lines: 'admitted process N over "
-           "the limit: no holder worked ...' (the progress guarantee) / '... because process M waits for a lock it "
+           "the limit: no holder worked ...' or '... over its class's cap: no holder of the class worked ...' (the progress "
+           "guarantee) / '... because process M waits for a lock it "
            "holds' (the deadlock breaker), all nodes. runs/*/mid-*.txt: each node's gate half-way through a run.")
 open(os.path.join(d, "summary.md"), "w").write("\n".join(out) + "\n")

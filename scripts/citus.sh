@@ -380,7 +380,7 @@ run_one() { # round config workload
       if [[ $d =~ ^[0-9]+$ && ${ov0[$n]} =~ ^[0-9]+$ ]]; then ovs+=($((d - ${ov0[$n]}))); else ovs+=(NA); fi
       mq+=("$(awk 'NF >= 4 && $2 ~ /^[0-9]+$/ && $2 > m {m = $2} END {print m + 0}' "$rdir/samples-$n.txt")")
     else ovs+=(""); mq+=(""); fi
-    prog=$((prog + $(log_count "$n" "${off0[$n]}" "over the limit: no holder worked")))
+    prog=$((prog + $(log_count "$n" "${off0[$n]}" "no holder\( of the class\)\? worked")))
     brk=$((brk + $(log_count "$n" "${off0[$n]}" "over the limit because process")))
     dl=$((dl + $(log_count "$n" "${off0[$n]}" "distributed deadlock")))
   done
