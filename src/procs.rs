@@ -84,6 +84,41 @@ fn statement_active(procno: usize) -> bool {
     matches!(state, pg_sys::BackendState::STATE_RUNNING | pg_sys::BackendState::STATE_FASTPATH)
 }
 
+/// The top-level transaction id of the process with PGPROC number
+/// `procno`, 0 when it has none.
+pub fn xid(procno: usize) -> u32 {
+    // SAFETY: as in wait_event; xid is a single word that its owner sets
+    // and others read without a lock, as GetSnapshotData's callers may.
+    unsafe { std::ptr::read_volatile(&raw const (*proc_at(procno)).xid) }.into_inner()
+}
+
+/// The transaction that the process with PGPROC number `procno` waits
+/// for, when it waits on a transaction's lock (`Lock:transactionid`: it
+/// waits for that transaction to end); 0 for any other wait, or when the
+/// wait ended while we looked.
+pub fn awaited_xid(procno: usize) -> u32 {
+    let transaction = pg_sys::PG_WAIT_LOCK | pg_sys::LockTagType::LOCKTAG_TRANSACTION;
+    if wait_event(procno) != transaction {
+        return 0;
+    }
+    // SAFETY: waitLock is a single word; while set it points into the lock
+    // manager's shared hash table, which is never unmapped, so reading the
+    // tag is safe even if the lock was released and its entry reused since
+    // (that costs one sample's accuracy, as a stale wait event does).
+    unsafe {
+        let lock = std::ptr::read_volatile(&raw const (*proc_at(procno)).waitLock);
+        if lock.is_null() {
+            return 0;
+        }
+        let tag = std::ptr::read_volatile(&raw const (*lock).tag);
+        if u32::from(tag.locktag_type) == pg_sys::LockTagType::LOCKTAG_TRANSACTION {
+            tag.locktag_field1
+        } else {
+            0
+        }
+    }
+}
+
 /// Whether the holder in slot `procno` waits on its own client (idle in
 /// transaction, or reading COPY data): it uses no CPU.
 pub fn waits_on_client(procno: usize) -> bool {

@@ -29,7 +29,7 @@ use gatekeeper_core::admission::{DEFAULT, LONG};
 use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
-use gatekeeper_core::SlotState;
+use gatekeeper_core::{working, SlotState};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -214,7 +214,8 @@ fn sample_and_steer(
     // taking and giving back tickets need the lock in exclusive mode.
     let mut changes: Vec<(usize, Act)> = vec![];
     let (busy, working, computing) = shmem::with_gate_shared(|l| {
-        let (mut busy, mut working, mut computing) = (0u32, 0u32, 0u32);
+        let (mut busy, mut computing) = (0u32, 0u32);
+        let mut seen: Vec<working::Holder> = vec![];
         let h = l.gate.header();
         // Which stalled holders are relieved is not recorded; while all of
         // them are, none counts against the tickets.
@@ -243,7 +244,18 @@ fn sample_and_steer(
             // the lane or keeps counting where it is.
             let stalled = long && !(lane_on && computes);
             busy += uses_server as u32;
-            working += (uses_server && !stalled && wait != pg_sys::PG_WAIT_LOCK) as u32;
+            seen.push(working::Holder {
+                wait: match wait {
+                    pg_sys::PG_WAIT_CLIENT => working::Wait::Client,
+                    pg_sys::PG_WAIT_LOCK => match procs::awaited_xid(i) {
+                        0 => working::Wait::Lock,
+                        xid => working::Wait::Transaction { xid },
+                    },
+                    _ => working::Wait::Other,
+                },
+                xid: procs::xid(i),
+                stalled,
+            });
             // Computing past stall_timeout: what the CPU cap counts. Short
             // statements on a busy CPU show no wait event either while they
             // wait for it; the limit's throughput probes judge those.
@@ -258,7 +270,7 @@ fn sample_and_steer(
                 changes.push((i, Act::Stall(stalled)));
             }
         }
-        (busy, working, computing)
+        (busy, working::count(&seen), computing)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let h = shmem::with_gate_waking(|mut l, wake| {
@@ -308,6 +320,7 @@ fn sample_and_steer(
                 limit: h.limit,
                 bounds: l.status.bounds,
                 queued: h.queued,
+                running: if avg.is_finite() { avg } else { running as f64 },
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
                 tput,
                 computing: l.status.computing_avg,

@@ -17,6 +17,7 @@
 //! - [`progress`]: the progress guarantee: when a stuck queue's head is
 //!   admitted over the limit.
 //! - [`shapes`]: query shapes and the long lane they are routed to.
+//! - [`working`]: which holders do work, for the adaptive limit.
 #![forbid(unsafe_code)]
 
 pub mod adaptive;
@@ -28,5 +29,6 @@ pub mod histogram;
 pub mod history;
 pub mod progress;
 pub mod shapes;
+pub mod working;
 
 pub use admission::{Abandon, Full, Gate, GateHeader, Request, Slot, SlotState};

@@ -1,0 +1,110 @@
+//! Which holders do work for the server: the adaptive limit's
+//! [`Signals::working`](crate::adaptive::Signals::working).
+//!
+//! A holder works while it computes, waits on I/O, an LWLock, a sleep or
+//! another server. It does not while it waits on its own client (its place
+//! is lent) or while it is stalled (its place goes to the queue).
+//!
+//! A holder waiting on a heavyweight lock does not work either, as a rule:
+//! places held by a pile-up behind a hot lock are places the limit should
+//! not grow for. One lock wait is different: a holder that waits for a
+//! *transaction* to end (`Lock:transactionid`) whose owner is itself a
+//! holder at work. With durable commits that owner is mostly in its commit
+//! flush, so its first waiter waits on that I/O as surely as the owner
+//! does, and a larger limit lets more commits share each flush. Only the
+//! first waiter on a row waits on the transaction; the others queue behind
+//! it on the row's tuple lock (`Lock:tuple`) and still count as a pile-up.
+//! So a hot row adds at most one working waiter, however long its queue.
+
+use std::collections::HashSet;
+
+/// What a holder waits on, as far as counting work goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Its own client: idle in transaction, or reading COPY data.
+    Client,
+    /// A heavyweight lock on transaction `xid` (0: any other lock, or the
+    /// transaction could not be read).
+    Transaction { xid: u32 },
+    /// Any other heavyweight lock (a tuple, a relation, an advisory lock).
+    Lock,
+    /// Anything else: no wait (computing), an LWLock, I/O, a timeout, an
+    /// extension or another server.
+    Other,
+}
+
+/// One holder as the worker sampled it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub wait: Wait,
+    /// Its top-level transaction id, 0 when it has none.
+    pub xid: u32,
+    /// Stalled: waiting (not computing) for `stall_timeout` or longer, so
+    /// its place goes to the queue.
+    pub stalled: bool,
+}
+
+impl Holder {
+    /// It uses the server and does not wait on a lock, stalled or not: a
+    /// transaction that waits for it waits on work.
+    fn busy(&self) -> bool {
+        matches!(self.wait, Wait::Other)
+    }
+}
+
+/// How many of `holders` do work, by the rules above.
+pub fn count(holders: &[Holder]) -> u32 {
+    let busy: HashSet<u32> = holders.iter().filter(|h| h.xid != 0 && h.busy()).map(|h| h.xid).collect();
+    holders
+        .iter()
+        .filter(|h| {
+            !h.stalled
+                && match h.wait {
+                    Wait::Other => true,
+                    Wait::Transaction { xid } => xid != 0 && busy.contains(&xid),
+                    Wait::Client | Wait::Lock => false,
+                }
+        })
+        .count() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(wait: Wait, xid: u32) -> Holder {
+        Holder { wait, xid, stalled: false }
+    }
+
+    #[test]
+    fn computing_waiting_on_io_and_other_servers_is_work_the_client_is_not() {
+        assert_eq!(count(&[h(Wait::Other, 0), h(Wait::Other, 7), h(Wait::Client, 8)]), 2);
+        let stalled = Holder { stalled: true, ..h(Wait::Other, 9) };
+        assert_eq!(count(&[stalled]), 0, "a stalled holder's place goes to the queue");
+    }
+
+    #[test]
+    fn the_first_waiter_on_a_working_transaction_works_the_queue_behind_it_does_not() {
+        // 10 flushes its commit; 11 waits for it; 12..=15 queue behind 11
+        // on the row's tuple lock.
+        let mut hs = vec![h(Wait::Other, 10), h(Wait::Transaction { xid: 10 }, 11)];
+        hs.extend((12..=15).map(|x| h(Wait::Lock, x)));
+        assert_eq!(count(&hs), 2);
+    }
+
+    #[test]
+    fn a_wait_on_an_idle_waiting_absent_or_unknown_transaction_is_no_work() {
+        let idle_owner = [h(Wait::Client, 20), h(Wait::Transaction { xid: 20 }, 21)];
+        assert_eq!(count(&idle_owner), 0, "its owner waits on its client");
+        let waiting_owner =
+            [h(Wait::Transaction { xid: 99 }, 30), h(Wait::Transaction { xid: 30 }, 31), h(Wait::Other, 32)];
+        assert_eq!(count(&waiting_owner), 1, "a chain of waits leads to no holder at work here");
+        assert_eq!(count(&[h(Wait::Transaction { xid: 0 }, 40), h(Wait::Other, 0)]), 1, "xid 0 is no transaction");
+    }
+
+    #[test]
+    fn a_stalled_owner_still_works_for_its_waiter() {
+        let owner = Holder { stalled: true, ..h(Wait::Other, 50) };
+        assert_eq!(count(&[owner, h(Wait::Transaction { xid: 50 }, 51)]), 1);
+    }
+}
