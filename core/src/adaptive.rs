@@ -318,6 +318,11 @@ mod tests {
 
     const B: Bounds = Bounds { floor: 8, ceiling: 400 };
 
+    /// Every place held by a holder at work, nothing computing long.
+    fn full(limit: u32, queued: u32, tput: f64) -> Signals {
+        Signals { limit, bounds: B, queued, running: limit as f64, working: limit as f64, tput, computing: 0.0 }
+    }
+
     /// Run the climber against a model server whose throughput at each
     /// limit is `x(limit)`, with multiplicative noise of up to `noise`;
     /// returns the limits it chose, window by window.
@@ -331,15 +336,7 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let jitter = 1.0 + noise * ((rng % 2001) as f64 / 1000.0 - 1.0);
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 500,
-                running: limit as f64,
-                working: limit as f64,
-                tput: x(limit) * jitter,
-                computing: 0.0,
-            };
+            let s = full(limit, 500, x(limit) * jitter);
             if let Some((n, _)) = c.next_limit(s) {
                 limit = n;
             }
@@ -409,25 +406,9 @@ mod tests {
         let mut c = Climber::default();
         for k in 0..100 {
             // Eight holders wait on one lock: none works.
-            let s = Signals {
-                limit: 8,
-                bounds: B,
-                queued: 50,
-                running: 8.0,
-                working: 0.0,
-                tput: 100.0 + k as f64,
-                computing: 0.0,
-            };
+            let s = Signals { working: 0.0, ..full(8, 50, 100.0 + k as f64) };
             assert_eq!(c.next_limit(s), None);
-            let s = Signals {
-                limit: 8,
-                bounds: B,
-                queued: 0,
-                running: 8.0,
-                working: 8.0,
-                tput: 100.0 * k as f64,
-                computing: 0.0,
-            };
+            let s = full(8, 0, 100.0 * k as f64);
             assert_eq!(c.next_limit(s), None);
         }
     }
@@ -440,15 +421,7 @@ mod tests {
         let mut c = Climber::default();
         let mut limit = B.floor;
         for _ in 0..40 {
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 50,
-                running: limit as f64,
-                working: 0.75 * limit as f64,
-                tput: 100.0 * limit as f64,
-                computing: 0.0,
-            };
+            let s = Signals { working: 0.75 * limit as f64, ..full(limit, 50, 100.0 * limit as f64) };
             if let Some((n, _)) = c.next_limit(s) {
                 limit = n;
             }
@@ -456,15 +429,7 @@ mod tests {
         assert!(limit >= 4 * B.floor, "only {limit}");
         let mut c = Climber::default();
         for _ in 0..40 {
-            let s = Signals {
-                limit: B.floor,
-                bounds: B,
-                queued: 50,
-                running: B.floor as f64,
-                working: 0.4 * B.floor as f64,
-                tput: 1000.0,
-                computing: 0.0,
-            };
+            let s = Signals { working: 0.4 * B.floor as f64, ..full(B.floor, 50, 1000.0) };
             assert!(c.next_limit(s).is_none_or(|(n, _)| n <= B.floor), "a pile-up grew it");
         }
     }
@@ -476,15 +441,7 @@ mod tests {
         let mut windows = 0;
         while limit > B.floor {
             // Three quarters of the holders wait on a lock.
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 900,
-                running: limit as f64,
-                working: limit as f64 / 4.0,
-                tput: 1000.0,
-                computing: 0.0,
-            };
+            let s = Signals { working: limit as f64 / 4.0, ..full(limit, 900, 1000.0) };
             let (n, why) = c.next_limit(s).expect("comes down");
             assert_eq!(why, Reason::Shrink);
             limit = n;
@@ -501,15 +458,7 @@ mod tests {
         let mut limit = 38;
         let mut windows = 0;
         while windows < 10 {
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 22,
-                running: limit as f64,
-                working: limit as f64,
-                tput: 500.0,
-                computing: limit as f64,
-            };
+            let s = Signals { computing: limit as f64, ..full(limit, 22, 500.0) };
             if let Some((n, _)) = c.next_limit(s) {
                 limit = n;
             }
@@ -519,15 +468,7 @@ mod tests {
         // And it never steps up while as many as the floor compute long,
         // even when throughput would reward it.
         for k in 0..40 {
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 22,
-                running: limit as f64,
-                working: limit as f64,
-                tput: 500.0 * (1.0 + k as f64),
-                computing: B.floor as f64,
-            };
+            let s = Signals { computing: B.floor as f64, ..full(limit, 22, 500.0 * (1.0 + k as f64)) };
             if let Some((n, _)) = c.next_limit(s) {
                 assert!(n <= limit, "stepped up from {limit} to {n} with the CPU cap full");
                 limit = n;
@@ -541,15 +482,7 @@ mod tests {
         let mut c = Climber::default();
         let mut limit = B.floor;
         for k in 0..60 {
-            let s = Signals {
-                limit,
-                bounds: B,
-                queued: 500,
-                running: limit as f64,
-                working: limit as f64,
-                tput: 100.0 * limit as f64,
-                computing: 1.0 + (k % 2) as f64,
-            };
+            let s = Signals { computing: 1.0 + (k % 2) as f64, ..full(limit, 500, 100.0 * limit as f64) };
             if let Some((n, _)) = c.next_limit(s) {
                 limit = n;
             }
@@ -562,36 +495,17 @@ mod tests {
         let fixed = Bounds { floor: 8, ceiling: 8 };
         let mut c = Climber::default();
         for k in 0..50 {
-            let s = Signals {
-                limit: 8,
-                bounds: fixed,
-                queued: 50,
-                running: 8.0,
-                working: 8.0,
-                tput: 100.0 * k as f64,
-                computing: 0.0,
-            };
+            let s = Signals { bounds: fixed, ..full(8, 50, 100.0 * k as f64) };
             assert_eq!(c.next_limit(s), None);
         }
-        let s =
-            Signals { limit: 500, bounds: B, queued: 50, running: 500.0, working: 500.0, tput: 1.0, computing: 0.0 };
-        assert_eq!(c.next_limit(s), Some((400, Reason::Reload)));
-        let s = Signals { limit: 2, bounds: B, queued: 50, running: 2.0, working: 2.0, tput: 1.0, computing: 0.0 };
-        assert_eq!(c.next_limit(s), Some((8, Reason::Reload)));
+        assert_eq!(c.next_limit(full(500, 50, 1.0)), Some((400, Reason::Reload)));
+        assert_eq!(c.next_limit(full(2, 50, 1.0)), Some((8, Reason::Reload)));
     }
 
     #[test]
     fn a_step_that_does_not_pay_is_taken_back_and_held() {
         let mut c = Climber::default();
-        let s = |limit: u32, tput: f64| Signals {
-            limit,
-            bounds: B,
-            queued: 50,
-            running: limit as f64,
-            working: limit as f64,
-            tput,
-            computing: 0.0,
-        };
+        let s = |limit: u32, tput: f64| full(limit, 50, tput);
         assert_eq!(c.next_limit(s(16, 1000.0)), Some((18, Reason::Grow)), "an eighth up");
         assert_eq!(c.next_limit(s(18, 1100.0)), Some((22, Reason::Grow)), "paid: twice the step");
         assert_eq!(c.next_limit(s(22, 1110.0)), Some((18, Reason::Shrink)), "1 %: back");
