@@ -26,6 +26,8 @@ static ACTIVE_PER_CPU: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_P
 /// `active_per_cpu`, it does not adapt.
 static ACTIVE_PER_CPU_MAX: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU_MAX);
 /// Lend tickets only while at least this fraction of CPU time is idle; 0 = no CPU condition.
+/// Lend places only while lending raises throughput (the lending cap).
+static LEND_BY_THROUGHPUT: GucSetting<bool> = GucSetting::<bool>::new(true);
 static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -267,6 +269,14 @@ pub fn init() {
             None,
         );
     }
+    GucRegistry::define_bool_guc(
+        c"pg_gatekeeper.lend_by_throughput",
+        c"Lend the places of holders that wait on their client only as far as lending raises throughput.",
+        c"The worker caps the tickets and moves the cap by measuring transactions ended per second; off lends every such place, up to max_tickets.",
+        &LEND_BY_THROUGHPUT,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
     GucRegistry::define_float_guc(
         c"pg_gatekeeper.lend_min_cpu_idle",
         c"Lend tickets to waiting sessions only while at least this fraction of CPU time is idle (0 = always).",
@@ -360,6 +370,9 @@ pub fn active_per_cpu() -> f64 {
 }
 pub fn active_per_cpu_max() -> f64 {
     ACTIVE_PER_CPU_MAX.get()
+}
+pub fn lend_by_throughput() -> bool {
+    LEND_BY_THROUGHPUT.get()
 }
 pub fn lend_min_cpu_idle() -> f64 {
     LEND_MIN_CPU_IDLE.get()

@@ -29,6 +29,7 @@ use gatekeeper_core::admission::{DEFAULT, LONG};
 use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
+use gatekeeper_core::lending;
 use gatekeeper_core::{working, SlotState};
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
@@ -54,26 +55,41 @@ pub fn register() {
         .load();
 }
 
-/// The adaptive limit's state between samples: the probe under way and
-/// the current throughput window.
+/// The adaptive limit's and the lending cap's state between samples: the
+/// probes under way and the current throughput window.
 #[derive(Default)]
 struct Adapt {
     climber: adaptive::Climber,
-    /// When the window began, and the admissions counter then.
-    window: Option<(i64, u64)>,
+    lend: lending::LendClimber,
+    /// The controller would have lent past the cap during this window.
+    pressed: bool,
+    /// When the window began, and the admissions and ended transactions
+    /// (admissions less holders) then.
+    window: Option<(i64, u64, u64)>,
+}
+
+/// Throughput over one window, per second.
+struct Tput {
+    admitted: f64,
+    ended: f64,
 }
 
 impl Adapt {
-    /// At the end of each window, the admissions per second over it
-    /// (`controller::window`: a window that ran long starts afresh).
-    fn tput(&mut self, now: i64, admitted: u64) -> Option<f64> {
-        let (start, before) = self.window.unzip();
+    /// At the end of each window, the admissions and the transactions ended
+    /// per second over it (`controller::window`: a window that ran long
+    /// starts afresh).
+    fn tput(&mut self, now: i64, admitted: u64, holders: u32) -> Option<Tput> {
+        let ended = admitted.saturating_sub(holders as u64);
+        let start = self.window.map(|w| w.0);
         let tput = match controller::window(start, now, adaptive::WINDOW_US) {
             Window::Open => return None,
-            Window::Ended(us) => before.map(|n| admitted.saturating_sub(n) as f64 * 1e6 / us as f64),
+            Window::Ended(us) => self.window.map(|(_, a, e)| {
+                let per_s = |now: u64, then: u64| now.saturating_sub(then) as f64 * 1e6 / us as f64;
+                Tput { admitted: per_s(admitted, a), ended: per_s(ended, e) }
+            }),
             Window::Restart => None,
         };
-        self.window = Some((now, admitted));
+        self.window = Some((now, admitted, ended));
         tput
     }
 }
@@ -314,8 +330,20 @@ fn sample_and_steer(
             computing,
             h.limit,
         );
+        let lend_on = gucs::lend_by_throughput();
         // Only an automatic limit adapts; a manual one has equal bounds.
-        if let Some(tput) = adapt.tput(now, h.counters.admitted) {
+        // The limit and the lending cap are judged on the same windows, so
+        // one moves at a time: the cap only while the limit holds.
+        if let Some(tput) = adapt.tput(now, h.counters.admitted, h.holders) {
+            let pressed = std::mem::take(&mut adapt.pressed);
+            let lend_signals = lending::Signals {
+                limit: h.limit,
+                ceiling: l.status.ceiling,
+                tickets: h.tickets,
+                pressed,
+                tput: tput.ended,
+            };
+            let tput = tput.admitted;
             let signals = adaptive::Signals {
                 limit: h.limit,
                 bounds: l.status.bounds,
@@ -325,17 +353,21 @@ fn sample_and_steer(
                 tput,
                 computing: l.status.computing_avg,
             };
-            if let Some((limit, reason)) = adapt.climber.next_limit(signals) {
+            let lend_turn = lend_on && adapt.lend.probing();
+            let moved = if lend_turn { None } else { adapt.climber.next_limit(signals) };
+            if let Some((limit, reason)) = moved {
                 l.status.reason = reason as u8;
                 l.status.changed_at_us = now;
                 l.gate.set_limit(limit, l.status.ceiling, now, wake);
+            } else if lend_on && (lend_turn || !adapt.climber.probing()) {
+                adapt.lend.next(lend_signals);
             }
         }
         let h = *l.gate.header();
         // Sessions held back by their class's cap are not sessions a ticket
         // could admit: counting them would lend without end.
         let admissible = l.gate.admissible_queued();
-        let next = controller::next_tickets(controller::Sample {
+        let sample = controller::Sample {
             limit: h.limit,
             ceiling: l.status.ceiling,
             tickets: h.tickets,
@@ -345,7 +377,15 @@ fn sample_and_steer(
             queued: admissible,
             cpu_idle,
             lend_min_idle,
-        });
+        };
+        let next = if lend_on {
+            let cap = adapt.lend.cap(h.limit, l.status.ceiling);
+            let capped = controller::next_tickets(controller::Sample { ceiling: cap, ..sample });
+            adapt.pressed |= capped == cap && controller::next_tickets(sample) > cap;
+            capped
+        } else {
+            controller::next_tickets(sample)
+        };
         if next != h.tickets {
             l.gate.set_tickets(next, now, wake);
         }

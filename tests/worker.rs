@@ -71,6 +71,47 @@ fn an_idle_holder_lends_its_place() {
     c.assert_quiet();
 }
 
+/// Lending is judged on throughput (`lend_by_throughput`, docs/DESIGN.md
+/// §10). A place lent to a session that ends no transaction raises nothing,
+/// so the worker takes the step back and lends no further, however long
+/// sessions queue; with the setting off, every place of a holder that
+/// waits on its client is lent.
+#[test]
+fn lending_that_ends_no_transaction_is_not_extended() {
+    // The progress guarantee would admit a queue's head over the limit
+    // every second while no holder works: out of the way.
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.progress_timeout", "1h")]);
+    let mut a = idle_in_transaction(&c, "A");
+    let mut b = idle_in_transaction(&c, "B");
+    // Four more that, once admitted, idle in their transactions too.
+    let waiting: Vec<_> = (0..4).map(|k| c.app(&format!("W{k}")).spawn("BEGIN; SELECT 1")).collect();
+    c.wait_status("four more queued or admitted", |s| s.admitted() + s.queued() == 6);
+
+    // Eight throughput windows of 500 ms: each probe doubles the cap (to 4),
+    // the places it lends end nothing, and it is taken back.
+    let t0 = Instant::now();
+    let mut most = 0;
+    while t0.elapsed() < Duration::from_secs(4) {
+        let s = c.status();
+        most = most.max(s.admitted());
+        assert!(s.tickets() <= 4, "tickets {} with nothing ending", s.tickets());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(most <= 4, "{most} admitted at a limit of 2 while nothing ended");
+    assert!(c.status().queued() >= 2, "the queue was emptied");
+
+    // Off: the running-holder rule alone, and every idle holder lends.
+    c.set_conf(&[("pg_gatekeeper.lend_by_throughput", "off")]);
+    c.wait_status("every session admitted", |s| s.admitted() == 6 && s.queued() == 0);
+    for w in waiting {
+        let mut d = w.join_ok(PROMPT).session;
+        d.ok("COMMIT");
+    }
+    a.ok("COMMIT");
+    b.ok("COMMIT");
+    c.assert_quiet();
+}
+
 /// A holder whose statement is active holds its place whatever its wait
 /// event: Citus waits for its workers' results in `ClientRead`, and so does
 /// a backend between a pipelined Execute and the client's Sync (the

@@ -184,6 +184,11 @@ pub struct Climber {
 }
 
 impl Climber {
+    /// A probe is under way: its step is judged at the next window.
+    pub fn probing(&self) -> bool {
+        self.dir != 0
+    }
+
     /// The limit for the next window, and why it moved; `None` to hold.
     pub fn next_limit(&mut self, s: Signals) -> Option<(u32, Reason)> {
         let Bounds { floor, ceiling } = s.bounds;

@@ -12,6 +12,7 @@
 //! - [`histogram`]: the fixed-bucket wait-time histogram and its percentiles.
 //! - [`controller`]: how the worker moves the ticket count.
 //! - [`adaptive`]: how the worker moves the automatic limit.
+//! - [`lending`]: how far the worker lends, judged on throughput.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
 //! - [`progress`]: the progress guarantee: when a stuck queue's head is
@@ -27,6 +28,7 @@ pub mod controller;
 pub mod cpus;
 pub mod histogram;
 pub mod history;
+pub mod lending;
 pub mod progress;
 pub mod shapes;
 pub mod working;

@@ -1,0 +1,282 @@
+//! How far the worker lends (docs/DESIGN.md §10): the lending cap.
+//!
+//! The running-holder rule ([`crate::controller`]) lends the places of
+//! holders that wait on their clients. That pays when the clients are slow
+//! by themselves (a network away, thinking between statements): more
+//! transactions in flight, more done. It does not pay when the clients are
+//! slow because the CPUs they share with the server are full. Then every
+//! holder waits on its client because its client waits for a CPU, the rule
+//! lends every place, and the gate admits everyone as bare PostgreSQL
+//! would: the same throughput, with each transaction's statements spread
+//! over a longer time (sysbench at 256 and 1000 threads on two CPUs:
+//! tickets 220-320 against a limit of 8, p95 1.7-1.9 times a pool's).
+//!
+//! So lending is judged as the adaptive limit is, on throughput: the
+//! controller lends up to a cap, and [`LendClimber`] moves the cap.
+//! - It starts at the limit: nothing is lent until lending shows it pays.
+//! - While the controller would lend past the cap (sessions queued, the
+//!   running holders short of the limit), it tries twice the cap, and
+//!   keeps doubling while each step raises throughput by more than
+//!   [`GAIN_UP`]. A step that does not pay is taken back, and the cap holds
+//!   for [`HOLD_WINDOWS`] windows. Doubling, because lending pays by the
+//!   logarithm where it pays at all: a slow pgbench at 1000 clients did
+//!   2628-3405 tps with 16-40 tickets and 3757-3877 with 64-358, so a step
+//!   of a quarter gained less than a window's noise
+//!   (bench/results/lend-quarter-20261125/).
+//! - While places are lent (tickets above the limit), it also tries a cap
+//!   an eighth lower, and keeps going, doubling the step, while throughput
+//!   stays within [`GAIN_DOWN`] of where the descent began.
+//! - Up and down probes alternate, each after a hold.
+//!
+//! Throughput here is transactions *ended* per second (admissions less the
+//! growth in holders): a higher cap admits a burst at once, which would
+//! count as throughput in admissions before any of it is done.
+//!
+//! A step up must pay more than a step down may cost: over full CPUs a
+//! step gains nothing but a window's noise, which must not walk the cap
+//! up.
+
+/// A step up pays when throughput rises by more than this share.
+pub const GAIN_UP: f64 = 0.05;
+/// A step down is kept while throughput stays within this share of where
+/// the descent began.
+pub const GAIN_DOWN: f64 = 0.03;
+/// Windows to hold at a knee before the next probe.
+pub const HOLD_WINDOWS: u32 = 4;
+/// A step down doubles with each kept step in a row, up to this many times.
+const MAX_DOUBLINGS: u32 = 2;
+
+/// What the worker saw over one window (the adaptive limit's windows).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Signals {
+    pub limit: u32,
+    /// `max_tickets`, or the backends: the cap never goes above it.
+    pub ceiling: u32,
+    pub tickets: u32,
+    /// The controller would have lent past the cap at some sample of the
+    /// window.
+    pub pressed: bool,
+    /// Transactions ended per second over the window.
+    pub tput: f64,
+}
+
+/// The cap and the probe in progress, kept by the worker between windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LendClimber {
+    /// The cap; 0 until the first window (then the limit).
+    cap: u32,
+    /// +1 while stepping up, -1 while stepping down, 0 between probes.
+    dir: i8,
+    from_cap: u32,
+    from_tput: f64,
+    /// Throughput where a descent began.
+    base_tput: f64,
+    streak: u32,
+    hold: u32,
+    down_next: bool,
+}
+
+impl LendClimber {
+    /// The ceiling for tickets now: the cap, within `[limit, ceiling]`.
+    pub fn cap(&self, limit: u32, ceiling: u32) -> u32 {
+        let ceiling = ceiling.max(limit);
+        if self.cap == 0 {
+            limit
+        } else {
+            self.cap.clamp(limit, ceiling)
+        }
+    }
+
+    /// A probe is under way: its step is judged at the next window.
+    pub fn probing(&self) -> bool {
+        self.dir != 0
+    }
+
+    /// Judge the window that ended; returns the new cap when it moved.
+    pub fn next(&mut self, s: Signals) -> Option<u32> {
+        let ceiling = s.ceiling.max(s.limit);
+        let was = self.cap(s.limit, ceiling);
+        // Lending the controller no longer uses is not kept: the cap follows
+        // the tickets down, so that a probe down starts where lending is.
+        let cap = if s.pressed { was } else { was.min(s.tickets.max(s.limit)) };
+        self.cap = cap;
+        let moved = |c: u32| (c != was).then_some(c);
+        if !s.tput.is_finite() {
+            self.dir = 0;
+            self.streak = 0;
+            return moved(cap);
+        }
+        match self.dir {
+            1 => {
+                if s.tput > self.from_tput * (1.0 + GAIN_UP) {
+                    self.streak += 1;
+                    if s.pressed && cap < ceiling {
+                        self.step(cap, s.tput, 1, s.limit, ceiling);
+                        return moved(self.cap);
+                    }
+                    self.settle();
+                    return moved(cap);
+                }
+                self.cap = self.from_cap;
+                self.settle();
+                moved(self.cap)
+            }
+            -1 => {
+                if s.tput >= self.base_tput * (1.0 - GAIN_DOWN) {
+                    self.streak += 1;
+                    if cap > s.limit {
+                        self.step(cap, s.tput, -1, s.limit, ceiling);
+                        return moved(self.cap);
+                    }
+                    self.settle();
+                    return moved(cap);
+                }
+                self.cap = self.from_cap;
+                self.settle();
+                moved(self.cap)
+            }
+            _ => {
+                if self.hold > 0 {
+                    self.hold -= 1;
+                    return moved(cap);
+                }
+                let up = s.pressed && cap < ceiling;
+                let down = cap > s.limit;
+                let go_down = down && (self.down_next || !up);
+                if go_down || up {
+                    self.down_next = !go_down;
+                    self.base_tput = s.tput;
+                    self.step(cap, s.tput, if go_down { -1 } else { 1 }, s.limit, ceiling);
+                }
+                moved(self.cap)
+            }
+        }
+    }
+
+    /// Take a step from `cap` in direction `dir`, judged next window.
+    fn step(&mut self, cap: u32, tput: f64, dir: i8, limit: u32, ceiling: u32) {
+        let step = if dir > 0 { cap } else { (cap / 8).max(1).saturating_mul(1 << self.streak.min(MAX_DOUBLINGS)) };
+        self.cap = if dir > 0 { cap.saturating_add(step).min(ceiling) } else { cap.saturating_sub(step).max(limit) };
+        self.dir = dir;
+        self.from_cap = cap;
+        self.from_tput = tput;
+    }
+
+    /// A knee: no probe for a while.
+    fn settle(&mut self) {
+        self.dir = 0;
+        self.streak = 0;
+        self.hold = HOLD_WINDOWS;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run the climber against a model: `x(in_flight)` is the throughput
+    /// with that many tickets, `demand` the sessions that want one (the
+    /// controller lends while any are left over), with multiplicative noise
+    /// of up to `noise`. Returns the caps, window by window.
+    fn run(limit: u32, demand: u32, windows: usize, noise: f64, x: impl Fn(u32) -> f64) -> Vec<u32> {
+        let mut c = LendClimber::default();
+        let mut seed = 12345u64;
+        let mut caps = vec![];
+        for _ in 0..windows {
+            let cap = c.cap(limit, 2000);
+            let tickets = cap.min(demand).max(limit);
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let r = (seed >> 33) as f64 / (1u64 << 31) as f64 * 2.0 - 1.0;
+            let tput = x(tickets) * (1.0 + noise * r);
+            c.next(Signals { limit, ceiling: 2000, tickets, pressed: demand > cap, tput });
+            caps.push(c.cap(limit, 2000));
+        }
+        caps
+    }
+
+    #[test]
+    fn starts_at_the_limit_and_lends_nothing_until_it_pays() {
+        let c = LendClimber::default();
+        assert_eq!(c.cap(8, 1000), 8);
+        // Full CPUs: throughput is flat however much is lent. Each probe
+        // lends for one window and is taken back.
+        let caps = run(8, 1000, 200, 0.0, |_| 900.0);
+        assert!(caps.iter().all(|&c| c <= 16), "{caps:?}");
+        assert!(caps.iter().filter(|&&c| c == 8).count() >= 150, "{caps:?}");
+        // With a window's noise, a probe that seems to pay now and then
+        // does not walk the cap up.
+        let caps = run(8, 1000, 400, 0.05, |_| 900.0);
+        let avg = caps.iter().map(|&c| c as f64).sum::<f64>() / caps.len() as f64;
+        assert!(avg <= 16.0 && caps.iter().all(|&c| c <= 64), "average {avg}: {caps:?}");
+    }
+
+    #[test]
+    fn slow_clients_get_their_places_within_a_few_seconds() {
+        // Each transaction in flight adds throughput until 600 are in flight.
+        let caps = run(8, 1000, 40, 0.05, |n| n.min(600) as f64 * 2.0);
+        let at = caps.iter().position(|&c| c >= 400).expect("never lent 400 places");
+        assert!(at <= 16, "took {at} windows: {caps:?}");
+    }
+
+    #[test]
+    fn a_knee_holds_the_cap_near_it_under_noise() {
+        // Throughput grows to 32 in flight, then falls slowly (the clients
+        // compete for the CPUs).
+        let x = |n: u32| if n <= 32 { n as f64 * 30.0 } else { 960.0 - (n - 32) as f64 };
+        let caps = run(8, 1000, 400, 0.05, x);
+        let late = &caps[100..];
+        let avg = late.iter().map(|&c| c as f64).sum::<f64>() / late.len() as f64;
+        assert!((20.0..=64.0).contains(&avg), "average cap {avg}: {caps:?}");
+        assert!(late.iter().all(|&c| c <= 128), "{caps:?}");
+    }
+
+    #[test]
+    fn lending_that_stopped_paying_comes_back_down() {
+        let mut c = LendClimber::default();
+        // Slow clients first: the cap climbs high.
+        for _ in 0..40 {
+            let cap = c.cap(8, 2000);
+            c.next(Signals { limit: 8, ceiling: 2000, tickets: cap, pressed: true, tput: cap.min(600) as f64 });
+        }
+        assert!(c.cap(8, 2000) >= 400, "{c:?}");
+        // Then the CPUs fill: throughput flat at any cap. Nobody has to be
+        // queued for the cap to come down: it starts from the tickets.
+        for _ in 0..200 {
+            let cap = c.cap(8, 2000);
+            c.next(Signals { limit: 8, ceiling: 2000, tickets: cap.min(300), pressed: cap < 300, tput: 900.0 });
+        }
+        assert!(c.cap(8, 2000) <= 16, "{c:?}");
+    }
+
+    #[test]
+    fn a_step_that_costs_is_taken_back() {
+        let mut c = LendClimber { cap: 64, ..LendClimber::default() };
+        // Tickets at 64, lending in use; the first probe goes down (no one
+        // presses for more) and costs a fifth.
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: false, tput: 1000.0 }), Some(56));
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 56, pressed: true, tput: 800.0 }), Some(64));
+        // Then it holds.
+        for _ in 0..HOLD_WINDOWS {
+            assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: true, tput: 1000.0 }), None);
+        }
+    }
+
+    #[test]
+    fn the_cap_stays_within_the_limit_and_the_ceiling() {
+        let mut c = LendClimber::default();
+        let mut top = 0;
+        for _ in 0..100 {
+            let cap = c.cap(8, 40);
+            c.next(Signals { limit: 8, ceiling: 40, tickets: cap, pressed: true, tput: cap as f64 * 100.0 });
+            assert!((8..=40).contains(&c.cap(8, 40)));
+            top = top.max(c.cap(8, 40));
+        }
+        assert_eq!(top, 40);
+        // A limit raised above the cap carries it.
+        assert_eq!(c.cap(60, 40), 60);
+        // No throughput measured: no probe.
+        let mut c = LendClimber::default();
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 40, tickets: 8, pressed: true, tput: f64::NAN }), None);
+        assert!(!c.probing());
+    }
+}
