@@ -25,9 +25,9 @@ static ACTIVE_PER_CPU: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_P
 /// How far per effective CPU the automatic limit may grow; at or below
 /// `active_per_cpu`, it does not adapt.
 static ACTIVE_PER_CPU_MAX: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_ACTIVE_PER_CPU_MAX);
-/// Lend tickets only while at least this fraction of CPU time is idle; 0 = no CPU condition.
 /// Lend places only while lending raises throughput (the lending cap).
 static LEND_BY_THROUGHPUT: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// Lend tickets only while at least this fraction of CPU time is idle; 0 = no CPU condition.
 static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
