@@ -107,31 +107,20 @@ impl LendClimber {
             return moved(cap);
         }
         match self.dir {
-            1 => {
-                if s.tput > self.from_tput * (1.0 + GAIN_UP) {
+            dir @ (1 | -1) => {
+                // A step up must pay; a step down may cost a little.
+                let (kept, room) = if dir > 0 {
+                    (s.tput > self.from_tput * (1.0 + GAIN_UP), s.pressed && cap < ceiling)
+                } else {
+                    (s.tput >= self.base_tput * (1.0 - GAIN_DOWN), cap > s.limit)
+                };
+                if !kept {
+                    self.cap = self.from_cap;
+                } else if room {
                     self.streak += 1;
-                    if s.pressed && cap < ceiling {
-                        self.step(cap, s.tput, 1, s.limit, ceiling);
-                        return moved(self.cap);
-                    }
-                    self.settle();
-                    return moved(cap);
+                    self.step(cap, s.tput, dir, s.limit, ceiling);
+                    return moved(self.cap);
                 }
-                self.cap = self.from_cap;
-                self.settle();
-                moved(self.cap)
-            }
-            -1 => {
-                if s.tput >= self.base_tput * (1.0 - GAIN_DOWN) {
-                    self.streak += 1;
-                    if cap > s.limit {
-                        self.step(cap, s.tput, -1, s.limit, ceiling);
-                        return moved(self.cap);
-                    }
-                    self.settle();
-                    return moved(cap);
-                }
-                self.cap = self.from_cap;
                 self.settle();
                 moved(self.cap)
             }
