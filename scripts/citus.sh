@@ -10,7 +10,9 @@
 #   small     the gate with max_active = 4 on the coordinator, 2 on the workers
 # Workloads: tpcb-32, tpcb-128, tpcb-256 (pgbench's tpcb-like, -n);
 # explicit-32, explicit-128 (BEGIN; two UPDATEs of accounts on different
-# workers; COMMIT); mixed (TPC-B at 32 beside a loop of multi-shard UPDATEs
+# workers; COMMIT); hot-32, hot-128 (the same over 10 tellers: every
+# transaction contends, and opposite orders form distributed deadlocks,
+# which Citus breaks after 2 x deadlock_timeout); mixed (TPC-B at 32 beside a loop of multi-shard UPDATEs
 # and a loop of \copy into history); index (TPC-B at 32 while CREATE INDEX,
 # then CREATE INDEX CONCURRENTLY, run on accounts).
 # A run hangs when it has not finished within duration + --hang-after s:
@@ -34,7 +36,7 @@ PG_MAJOR=15
 
 duration=20 scale=10 rounds=1 hang_after=60 port_base=55401 keep=0 smoke=0 out=
 configs="nogate defaults small"
-workloads="tpcb-32 tpcb-128 tpcb-256 explicit-32 explicit-128 mixed index"
+workloads="tpcb-32 tpcb-128 tpcb-256 explicit-32 explicit-128 hot-32 hot-128 mixed index"
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) smoke=1 duration=5 scale=2 hang_after=30 configs="nogate defaults small" ;;
@@ -215,21 +217,42 @@ SELECT n, CASE WHEN f THEN a ELSE b END, CASE WHEN f THEN b ELSE a END
   FROM (SELECT w1.n, w1.aid a, w2.aid b, random() < 0.5 f FROM w1 JOIN w2 USING (n)) s;
 EOF
 npairs=$(q coord app -c "SELECT count(*) FROM aid_pairs")
+# The contended form: every pair of the first 10 tellers that sit on
+# different workers, in both orders.
+q coord app >/dev/null <<EOF || exit 1
+CREATE TABLE hot_pairs (k int PRIMARY KEY, t1 int NOT NULL, t2 int NOT NULL);
+SELECT create_reference_table('hot_pairs');
+INSERT INTO hot_pairs
+WITH placed AS (
+  SELECT tid, (SELECT nodeport FROM pg_dist_shard_placement p
+                WHERE p.shardid = get_shard_id_for_distribution_column('pgbench_tellers', tid)) AS port
+    FROM generate_series(1, 10) tid)
+SELECT row_number() OVER (ORDER BY a.tid, b.tid), a.tid, b.tid
+  FROM placed a JOIN placed b ON a.port <> b.port;
+EOF
+nhot=$(q coord app -c "SELECT count(*) FROM hot_pairs")
+[ "$nhot" -gt 0 ] || { log "the first 10 tellers all sit on one worker: no hot pairs"; exit 1; }
 shards=$(q coord postgres -c "SELECT string_agg(nodeport || ':' || c, ' ') FROM (SELECT nodeport, count(*) c FROM citus_shards WHERE table_name = 'pgbench_accounts'::regclass GROUP BY 1 ORDER BY 1) s")
 log "loaded and distributed in $((SECONDS - t0)) s; accounts shards per node: $shards; $npairs account pairs across workers"
 
 # -- workload scripts ------------------------------------------------------------
 wdir=$root/scripts
 mkdir -p "$wdir"
-cat >"$wdir/explicit.sql" <<'EOF'
-\set k random(1, :npairs)
-SELECT a1, a2 FROM aid_pairs WHERE k = :k \gset
-\set delta random(-5000, 5000)
+# A transfer between the two rows of a random pair: file, pairs table and
+# its count's variable, the pair's columns, the table, key and balance.
+transfer_script() {
+  cat >"$1" <<EOF
+\\set k random(1, :$3)
+SELECT $4 AS x1, $5 AS x2 FROM $2 WHERE k = :k \\gset
+\\set delta random(-5000, 5000)
 BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :a1;
-UPDATE pgbench_accounts SET abalance = abalance - :delta WHERE aid = :a2;
+UPDATE $6 SET $8 = $8 + :delta WHERE $7 = :x1;
+UPDATE $6 SET $8 = $8 - :delta WHERE $7 = :x2;
 COMMIT;
 EOF
+}
+transfer_script "$wdir/explicit.sql" aid_pairs npairs a1 a2 pgbench_accounts aid abalance
+transfer_script "$wdir/hot.sql" hot_pairs nhot t1 t2 pgbench_tellers tid tbalance
 cat >"$wdir/msupdate.sql" <<'EOF'
 \set r random(0, 9)
 UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid % 10 = :r;
@@ -323,6 +346,7 @@ run_one() { # round config workload
   case $wl in
     tpcb-*) clients=${wl#tpcb-}; pgbench_run main "$clients" ;;
     explicit-*) clients=${wl#explicit-}; pgbench_run main "$clients" -f "$wdir/explicit.sql" -D npairs="$npairs" ;;
+    hot-*) clients=${wl#hot-}; pgbench_run main "$clients" -f "$wdir/hot.sql" -D nhot="$nhot" ;;
     mixed) clients=32
       pgbench_run main 32
       pgbench_run msupdate 1 -f "$wdir/msupdate.sql"
@@ -455,7 +479,7 @@ summary() {
 - Machine: $(nproc) CPUs, $(free -g | awk '/^Mem/ {print $2}') GiB; coordinator and 2 workers on it, loopback TCP; the clients (pgbench -j 2) share the CPUs
 - PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL $PG_MAJOR (repository at $(git rev-parse --short HEAD 2>/dev/null))
 - Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
-- pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs)
+- pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs); the hot transactions update 2 of the first 10 tellers on different workers, in random order ($nhot ordered pairs)
 - Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
