@@ -12,9 +12,10 @@
 # explicit-32, explicit-128 (BEGIN; two UPDATEs of accounts on different
 # workers; COMMIT); hot-32, hot-128 (the same over 10 tellers: every
 # transaction contends, and opposite orders form distributed deadlocks,
-# which Citus breaks after 2 x deadlock_timeout); mixed (TPC-B at 32 beside a loop of multi-shard UPDATEs
-# and a loop of \copy into history); index (TPC-B at 32 while CREATE INDEX,
-# then CREATE INDEX CONCURRENTLY, run on accounts).
+# which Citus breaks after 2 x deadlock_timeout); mixed (TPC-B at 32
+# beside a loop of multi-shard UPDATEs and a loop of \copy into history);
+# index (TPC-B at 32 while CREATE INDEX, then CREATE INDEX CONCURRENTLY,
+# run on accounts).
 # A run hangs when it has not finished within duration + --hang-after s:
 # the gate's views and pg_stat_activity are recorded on every node, the
 # clients are killed, and the cluster is restarted if it stays stuck.
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --pg) PG_MAJOR=$2; shift ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
