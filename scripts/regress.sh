@@ -19,7 +19,6 @@ NOT_PRELOADED=(not_preloaded)
 work=$(mktemp -d /tmp/pg_gatekeeper_regress.XXXXXX)
 # pg_regress runs as postgres: give it a copy it can read and a place to write.
 cp -r sql expected "$work"/
-mkdir -p "$work/out"
 cat > "$work/preload.conf" <<CONF
 shared_preload_libraries = 'pg_gatekeeper'
 max_connections = 50
@@ -29,12 +28,22 @@ CONF
 printf "max_connections = 20\n" > "$work/plain.conf"
 chown -R postgres: "$work"
 
+# Each instance writes its own results, diffs and server log, so that a
+# failure in the first is not overwritten by the second.
 run() { # conf port tests...
   local conf=$1 port=$2; shift 2
+  local out=$work/out-${conf%.conf}
+  mkdir -p "$out" && chown postgres: "$out"
   runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
     "$PG_REGRESS" --temp-instance="$work/tmp_$port" --temp-config="$work/$conf" \
-    --inputdir="$work" --outputdir="$work/out" --bindir="$BIN" --port="$port" \
-    --dbname=regression "$@"
+    --inputdir="$work" --outputdir="$out" --bindir="$BIN" --port="$port" \
+    --dbname=regression "$@" || {
+    echo "pg_regress failed ($conf); differences:"
+    cat "$out/regression.diffs" 2>/dev/null || true
+    echo "the server's last log lines ($out/log/postmaster.log):"
+    tail -n 60 "$out/log/postmaster.log" 2>/dev/null || true
+    return 1
+  }
 }
 
 status=0
@@ -43,8 +52,6 @@ if [ ${#NOT_PRELOADED[@]} -gt 0 ]; then
   run plain.conf 58433 "${NOT_PRELOADED[@]}" || status=1
 fi
 if [ $status -ne 0 ]; then
-  echo "pg_regress failed; differences:"
-  cat "$work/out/regression.diffs" 2>/dev/null || true
   echo "(kept in $work)"
   exit 1
 fi
