@@ -200,6 +200,16 @@ SELECT create_distributed_table('pgbench_history', 'aid', colocate_with => 'pgbe
 SELECT truncate_local_data_after_distributing_table(t)
   FROM unnest(ARRAY['pgbench_accounts', 'pgbench_branches', 'pgbench_tellers', 'pgbench_history']::regclass[]) t;
 EOF
+# A CTE `placed`: each key of a distributed table, from generate_series($3),
+# with the port of the worker that holds its shard.
+placed() { # table key series-arguments
+  cat <<EOF
+placed AS (
+  SELECT $2, (SELECT nodeport FROM pg_dist_shard_placement p
+                WHERE p.shardid = get_shard_id_for_distribution_column('$1', $2)) AS port
+    FROM generate_series($3) $2)
+EOF
+}
 # Pairs of accounts on different workers, in either order, for the explicit
 # transactions (a reference table: read on the coordinator).
 naids=$((100000 * scale))
@@ -208,10 +218,7 @@ q coord app >/dev/null <<EOF || exit 1
 CREATE TABLE aid_pairs (k int PRIMARY KEY, a1 int NOT NULL, a2 int NOT NULL);
 SELECT create_reference_table('aid_pairs');
 INSERT INTO aid_pairs
-WITH placed AS (
-  SELECT aid, (SELECT nodeport FROM pg_dist_shard_placement p
-                WHERE p.shardid = get_shard_id_for_distribution_column('pgbench_accounts', aid)) AS port
-    FROM generate_series(1, $naids, $step) aid),
+WITH $(placed pgbench_accounts aid "1, $naids, $step"),
 w1 AS (SELECT aid, row_number() OVER (ORDER BY random()) n FROM placed WHERE port = ${port[w1]}),
 w2 AS (SELECT aid, row_number() OVER (ORDER BY random()) n FROM placed WHERE port = ${port[w2]})
 SELECT n, CASE WHEN f THEN a ELSE b END, CASE WHEN f THEN b ELSE a END
@@ -224,10 +231,7 @@ q coord app >/dev/null <<EOF || exit 1
 CREATE TABLE hot_pairs (k int PRIMARY KEY, t1 int NOT NULL, t2 int NOT NULL);
 SELECT create_reference_table('hot_pairs');
 INSERT INTO hot_pairs
-WITH placed AS (
-  SELECT tid, (SELECT nodeport FROM pg_dist_shard_placement p
-                WHERE p.shardid = get_shard_id_for_distribution_column('pgbench_tellers', tid)) AS port
-    FROM generate_series(1, 10) tid)
+WITH $(placed pgbench_tellers tid "1, 10")
 SELECT row_number() OVER (ORDER BY a.tid, b.tid), a.tid, b.tid
   FROM placed a JOIN placed b ON a.port <> b.port;
 EOF
