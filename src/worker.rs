@@ -83,8 +83,10 @@ impl Adapt {
         let start = self.window.map(|w| w.0);
         let tput = match controller::window(start, now, adaptive::WINDOW_US) {
             Window::Open => return None,
-            Window::Ended(us) => self.window.map(|(_, a, e)| {
-                let per_s = |now: u64, then: u64| now.saturating_sub(then) as f64 * 1e6 / us as f64;
+            // Counters that went back were reset (`gatekeeper.reset()`): the
+            // window measured nothing.
+            Window::Ended(us) => self.window.filter(|&(_, a, e)| admitted >= a && ended >= e).map(|(_, a, e)| {
+                let per_s = |now: u64, then: u64| (now - then) as f64 * 1e6 / us as f64;
                 Tput { admitted: per_s(admitted, a), ended: per_s(ended, e) }
             }),
             Window::Restart => None,
@@ -248,10 +250,9 @@ fn sample_and_steer(
             }
             let uses_server = wait != pg_sys::PG_WAIT_CLIENT;
             // A holder admitted from the queue sets its run start only once
-            // it wakes; until then its slot's grant time stands in, or a
-            // long wait in the queue would read as a long run (and its
-            // park wait as a stall).
-            let ran_us = now - shmem::run_start(i).load(Ordering::Relaxed).max(s.admitted_at_us);
+            // it wakes; until then it has not run, however long it takes a
+            // busy CPU to schedule it (its park wait is no stall).
+            let ran_us = working::run_time_us(now, shmem::run_start(i).load(Ordering::Relaxed), s.admitted_at_us);
             let long = uses_server && stall_us > 0 && ran_us >= stall_us;
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.

@@ -80,8 +80,10 @@ impl Watch {
     /// (the limit; at least 1).
     pub fn observe(&mut self, now_us: i64, s: ScopeSample, timeout_us: i64, max_batch: u32) -> Verdict {
         // The scope's own admissions count only if made by others: those of
-        // a batch do not end a streak.
-        let moved = s.admitted > self.admitted;
+        // a batch do not end a streak. A counter that went back was reset
+        // (`gatekeeper.reset()`): that counts as moving once, or admissions
+        // would not count until they passed the old value.
+        let moved = s.admitted != self.admitted;
         self.admitted = s.admitted;
         if !s.blocked || moved || s.working {
             self.quiet_since = s.blocked.then_some(now_us);
@@ -216,6 +218,18 @@ mod tests {
         assert_eq!(w.observe(5_000_000, quiet(3), T, 8), Verdict::Quiet { probe: false });
         assert_eq!(w.observe(5_900_000, quiet(3), T, 8), Verdict::Quiet { probe: true });
         assert_eq!(w.observe(6_000_000, quiet(3), T, 8), Verdict::Stuck { batch: 1 });
+    }
+
+    #[test]
+    fn admissions_after_a_reset_of_the_counters_still_count() {
+        let mut w = Watch::default();
+        w.observe(0, quiet(500), T, 8);
+        // The statistics are reset; sessions go on being admitted, slowly,
+        // below the old count.
+        for step in 1..100 {
+            let v = w.observe(step * 50_000, quiet(step as u64 / 10), T, 8);
+            assert!(!matches!(v, Verdict::Stuck { .. }), "step {step}");
+        }
     }
 
     #[test]

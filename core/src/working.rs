@@ -68,9 +68,37 @@ pub fn count(holders: &[Holder]) -> u32 {
         .count() as u32
 }
 
+/// How long a holder has run, as the stall check measures it: from
+/// `run_start_us`, which the holder itself sets when it wakes admitted and
+/// at each statement. A holder granted at `admitted_at_us` that has not
+/// woken yet (its run start is older than its grant) has not run at all.
+/// On a busy CPU a woken backend may wait longer than `stall_timeout` to
+/// be scheduled, and its park wait would read as a stall: its place would
+/// go to the queue before it ever used it, and both would then run. (A
+/// wall clock stepped back between the grant and the wake-up reads as not
+/// woken until the holder's next statement: it misses the stall check for
+/// that long, and nothing else.)
+pub fn run_time_us(now_us: i64, run_start_us: i64, admitted_at_us: i64) -> i64 {
+    if run_start_us < admitted_at_us {
+        0
+    } else {
+        now_us - run_start_us
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_holder_granted_but_not_yet_awake_has_not_run() {
+        // Granted at 1_000 while parked since 0: asleep still at 900_000.
+        assert_eq!(run_time_us(900_000, 0, 1_000), 0);
+        // Awake at 1_200, and its statement runs since.
+        assert_eq!(run_time_us(900_000, 1_200, 1_000), 898_800);
+        // Admitted at once: the grant and the wake-up are one instant.
+        assert_eq!(run_time_us(5_000, 1_000, 1_000), 4_000);
+    }
 
     fn h(wait: Wait, xid: u32) -> Holder {
         Holder { wait, xid, stalled: false }
