@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
+use gatekeeper_core::working::Activity;
 use pgrx::pg_sys;
 
 /// The class part of a wait event (`wait_event_info`'s top byte), as
@@ -72,16 +73,41 @@ fn statement_active(procno: usize) -> bool {
     if activity.reads_client.load(Ordering::Relaxed) {
         return false;
     }
-    let entry = activity.status_entry.load(Ordering::Relaxed);
+    matches!(state(procno), Some((pg_sys::BackendState::STATE_RUNNING | pg_sys::BackendState::STATE_FASTPATH, _)))
+}
+
+/// What the activity of the backend in slot `procno` says about the
+/// statement it runs now (`working::run_time_us`).
+pub fn activity(procno: usize) -> Activity {
+    match state(procno) {
+        None | Some((pg_sys::BackendState::STATE_DISABLED | pg_sys::BackendState::STATE_UNDEFINED, _)) => {
+            Activity::Unknown
+        }
+        Some((pg_sys::BackendState::STATE_RUNNING | pg_sys::BackendState::STATE_FASTPATH, since)) => {
+            Activity::Since(since)
+        }
+        Some(_) => Activity::Between,
+    }
+}
+
+/// The activity state of the backend in slot `procno` and when it entered
+/// it, from its `pg_stat_activity` entry; None before it has published one.
+fn state(procno: usize) -> Option<(pg_sys::BackendState::Type, i64)> {
+    let entry = crate::shmem::activity(procno).status_entry.load(Ordering::Relaxed);
     if entry.is_null() {
-        return false;
+        return None;
     }
     // SAFETY: a published entry points into PostgreSQL's shared activity
-    // array, which lives as long as shared memory; st_state is one word
-    // that its owner writes and pg_stat_activity reads the same way (a torn
-    // or stale state costs one sample's accuracy).
-    let state = unsafe { std::ptr::read_volatile(&raw const (*entry).st_state) };
-    matches!(state, pg_sys::BackendState::STATE_RUNNING | pg_sys::BackendState::STATE_FASTPATH)
+    // array, which lives as long as shared memory; st_state and
+    // st_state_start_timestamp are single words that their owner writes
+    // and pg_stat_activity reads the same way (a torn or stale pair costs
+    // one sample's accuracy).
+    unsafe {
+        Some((
+            std::ptr::read_volatile(&raw const (*entry).st_state),
+            std::ptr::read_volatile(&raw const (*entry).st_state_start_timestamp),
+        ))
+    }
 }
 
 /// The top-level transaction id of the process with PGPROC number

@@ -249,10 +249,10 @@ fn sample_and_steer(
                 scan.holder(wait, s.pid, s.class as usize, counts);
             }
             let uses_server = wait != pg_sys::PG_WAIT_CLIENT;
-            // A holder admitted from the queue sets its run start only once
-            // it wakes; until then it has not run, however long it takes a
-            // busy CPU to schedule it (its park wait is no stall).
-            let ran_us = working::run_time_us(now, shmem::run_start(i).load(Ordering::Relaxed), s.admitted_at_us);
+            // Not yet awake after its grant, or between statements: it has
+            // not run (`working::run_time_us`).
+            let run_start = shmem::run_start(i).load(Ordering::Relaxed);
+            let ran_us = working::run_time_us(now, run_start, s.admitted_at_us, procs::activity(i));
             let long = uses_server && stall_us > 0 && ran_us >= stall_us;
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.

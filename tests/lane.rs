@@ -181,6 +181,44 @@ fn without_the_lane_stall_relief_lets_computing_past_the_limit() {
 }
 
 #[test]
+fn a_statement_after_a_clients_think_time_runs_from_its_own_start() {
+    // One place and no lending, so that a waiter keeps the worker sampling
+    // (every 5 ms) while the holder thinks; no progress guarantee meanwhile.
+    let c = start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.progress_timeout", "60s"),
+    ]);
+    // Immutable, so the planner runs it: 100 ms of computing before any
+    // hook of ours sees the statement, shorter than stall_timeout (200 ms).
+    c.admin_exec(
+        "CREATE FUNCTION plan_burn(d float8) RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
+           DECLARE t0 timestamptz := clock_timestamp();
+           BEGIN
+             WHILE clock_timestamp() < t0 + d * interval '1 s' LOOP END LOOP;
+             RETURN 1;
+           END $$;
+         GRANT EXECUTE ON FUNCTION plan_burn(float8) TO app;",
+    );
+    let mut a = c.app("a");
+    a.ok("BEGIN");
+    a.ok("SELECT now() IS NOT NULL");
+    let b = c.app("b").spawn("SELECT 2");
+    c.wait_queued("b");
+    // The client thinks for longer than stall_timeout: the input under
+    // test, not a wait for state.
+    std::thread::sleep(Duration::from_millis(800));
+    a.ok("SELECT plan_burn(0.1)");
+    a.ok("COMMIT");
+    b.join_ok(Duration::from_secs(10));
+    // Measured from the last statement, the planning would have read as
+    // 900 ms of computing, and the transaction's shape would be long.
+    let long: i64 = c.admin_i64("SELECT coalesce(sum(long_runs), 0)::bigint FROM gatekeeper.shapes");
+    assert_eq!(long, 0, "a short statement after think time ran long: {}", c.log_tail(20));
+    c.assert_quiet();
+}
+
+#[test]
 fn dry_run_learns_and_counts_but_routes_nothing() {
     let c = start(&[("pg_gatekeeper.long_lane", "dry_run")]);
     burn_once(&c, 0.4);

@@ -68,21 +68,46 @@ pub fn count(holders: &[Holder]) -> u32 {
         .count() as u32
 }
 
-/// How long a holder has run, as the stall check measures it: from
-/// `run_start_us`, which the holder itself sets when it wakes admitted and
-/// at each statement. A holder granted at `admitted_at_us` that has not
-/// woken yet (its run start is older than its grant) has not run at all.
-/// On a busy CPU a woken backend may wait longer than `stall_timeout` to
-/// be scheduled, and its park wait would read as a stall: its place would
-/// go to the queue before it ever used it, and both would then run. (A
-/// wall clock stepped back between the grant and the wake-up reads as not
+/// What a holder's activity (PostgreSQL's `pg_stat_activity` entry) says
+/// about the statement it runs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activity {
+    /// Running a statement (`active`, or a fastpath call) since this time.
+    Since(i64),
+    /// Between statements (`idle in transaction`): it has read a command
+    /// and not yet started it, or it waits for one.
+    Between,
+    /// Not tracked (`track_activities = off`).
+    Unknown,
+}
+
+/// How long a holder's statement has run, as the stall check measures it:
+/// from the later of `run_start_us`, which the holder itself sets when it
+/// wakes admitted and at each statement that reaches the executor or a
+/// utility hook, and the start of the statement its activity shows.
+///
+/// - A holder granted at `admitted_at_us` that has not woken yet (its run
+///   start is older than its grant) has not run. On a busy CPU a woken
+///   backend may wait longer than `stall_timeout` to be scheduled, and its
+///   park wait would read as a stall: its place would go to the queue
+///   before it ever used it, and both would then run.
+/// - A holder between statements has not run either. A command just read
+///   runs parse analysis and planning before any hook moves the run
+///   start: measured from the last statement, after a client's think time
+///   longer than `stall_timeout`, it would read as a long run (and its
+///   transaction's shape would enter the long lane).
+///
+/// A wall clock stepped back between a grant and the wake-up reads as not
 /// woken until the holder's next statement: it misses the stall check for
-/// that long, and nothing else.)
-pub fn run_time_us(now_us: i64, run_start_us: i64, admitted_at_us: i64) -> i64 {
+/// that long, and nothing else.
+pub fn run_time_us(now_us: i64, run_start_us: i64, admitted_at_us: i64, activity: Activity) -> i64 {
     if run_start_us < admitted_at_us {
-        0
-    } else {
-        now_us - run_start_us
+        return 0;
+    }
+    match activity {
+        Activity::Between => 0,
+        Activity::Since(t) => now_us - run_start_us.max(t),
+        Activity::Unknown => now_us - run_start_us,
     }
 }
 
@@ -93,11 +118,24 @@ mod tests {
     #[test]
     fn a_holder_granted_but_not_yet_awake_has_not_run() {
         // Granted at 1_000 while parked since 0: asleep still at 900_000.
-        assert_eq!(run_time_us(900_000, 0, 1_000), 0);
+        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Since(0)), 0);
+        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Unknown), 0);
         // Awake at 1_200, and its statement runs since.
-        assert_eq!(run_time_us(900_000, 1_200, 1_000), 898_800);
+        assert_eq!(run_time_us(900_000, 1_200, 1_000, Activity::Since(1_100)), 898_800);
         // Admitted at once: the grant and the wake-up are one instant.
-        assert_eq!(run_time_us(5_000, 1_000, 1_000), 4_000);
+        assert_eq!(run_time_us(5_000, 1_000, 1_000, Activity::Unknown), 4_000);
+    }
+
+    #[test]
+    fn a_statement_runs_from_its_own_start_not_from_the_last_one() {
+        // Its last statement ran at 1_000; the client thought for 10 s.
+        let (run_start, granted) = (1_000, 500);
+        // It has read the next command and not started it.
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Between), 0);
+        // Parse analysis of the command that became active at 9_990_000.
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Since(9_990_000)), 10_000);
+        // Without activity tracking, only the hooks' run start tells.
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Unknown), 9_999_000);
     }
 
     fn h(wait: Wait, xid: u32) -> Holder {
