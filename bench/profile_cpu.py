@@ -18,6 +18,11 @@ Usage (as root, the server and PgBouncer already running):
 
 pgbench options after `--` replace the default workload (TPC-B), e.g.
   python3 bench/profile_cpu.py --port 25432 -- -f bench/slow_client.sql -s 10
+
+With --perf FILE it also records a system-wide call-graph profile over the
+same window (`perf record -a -g`) and writes its summary to FILE: the share
+of all samples per command and library, and the top symbols of the
+postgres processes and of pg_gatekeeper.so.
 """
 
 import argparse
@@ -75,6 +80,7 @@ def main(argv):
     p.add_argument("--window", type=float, default=15, help="seconds measured")
     p.add_argument("--top", type=int, default=6, help="command names shown")
     p.add_argument("--pg-bin", default="/usr/lib/postgresql/15/bin")
+    p.add_argument("--perf", metavar="FILE", help="also profile the window with perf; summary to FILE")
     a, extra = p.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     a.stats_port = a.stats_port or a.port
@@ -84,7 +90,12 @@ def main(argv):
     bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(a.warmup)
     s0, m0, n0, t0 = snapshot(), machine_cpu(), commits(a), time.time()
-    time.sleep(a.window)
+    if a.perf:
+        # perf's own CPU time lands in the window too; it shows as "perf".
+        subprocess.run(["perf", "record", "-a", "-g", "-F", "499", "-o", a.perf + ".data", "--",
+                        "sleep", str(a.window)], capture_output=True, check=True)
+    else:
+        time.sleep(a.window)
     s1, m1, n1, t1 = snapshot(), machine_cpu(), commits(a), time.time()
     out = bench.communicate()[0]
     if bench.returncode != 0:
@@ -113,6 +124,31 @@ def main(argv):
     for comm, x in sorted(agg.items(), key=lambda kv: -kv[1][0])[:a.top]:
         print("%-22s %6d %7.2f   %22.0f %7.1f %6.2f %6.2f" % (
             comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
+    if a.perf:
+        perf_summary(a.perf, " ".join(cmd[1:]), (n1 - n0) / wall)
+
+
+def perf_summary(path, command, tps):
+    """Write the profile's summary next to its data file, and print its head."""
+    def report(*args):
+        r = subprocess.run(["perf", "report", "-i", path + ".data", "--no-children", "--stdio", "-g", "none",
+                            "--percent-limit", "0.3"] + list(args), capture_output=True, text=True, check=True)
+        return "\n".join(line for line in r.stdout.splitlines() if line.strip() and not line.startswith("#"))
+    parts = [
+        "# perf record -a -g over the window of: pgbench %s (%.0f commits/s)" % (command, tps),
+        "# share of all samples, by command and library (perf report --sort comm,dso)",
+        report("--sort", "comm,dso"),
+        "",
+        "# postgres processes, by library and symbol (--comm postgres --sort dso,symbol)",
+        report("--comm", "postgres", "--sort", "dso,symbol"),
+        "",
+        "# pg_gatekeeper.so alone (--dsos pg_gatekeeper.so --sort symbol)",
+        report("--dsos", "pg_gatekeeper.so", "--sort", "symbol"),
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+    os.unlink(path + ".data")
+    print("\n".join(parts[1:3]))
 
 
 if __name__ == "__main__":

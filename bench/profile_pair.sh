@@ -8,6 +8,7 @@
 #   bash bench/profile_pair.sh           # 1000 TPC-B clients, pool 32, 3 rounds each way
 #   bash bench/profile_pair.sh -c 256 -p 8 -r 2 -- -f bench/slow_client.sql -s 10
 #   bash bench/profile_pair.sh --bare -c 1000 -r 2 -- -f bench/slow_client.sql -s 10
+#   bash bench/profile_pair.sh -r 2 --perf DIR   # also perf profiles: DIR/gate-1.txt, DIR/pool-1.txt...
 #
 # Reloads the pgbench tables at --scale (10) when the cluster has another
 # scale (the smoke run loads scale 1). Then alternates: the server with the
@@ -23,7 +24,7 @@ source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
 source "$here/../scripts/cluster.sh"   # as_pg; the cluster itself is bench/run.sh's
 work=/var/tmp/pg_gatekeeper_bench
-clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0
+clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir=
 while [[ $# -gt 0 ]]; do
   case $1 in
     -c) clients=$2; shift 2 ;;
@@ -34,8 +35,9 @@ while [[ $# -gt 0 ]]; do
     --scale) scale=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --window) window=$2; shift 2 ;;
+    --perf) perfdir=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,12 +86,15 @@ if ((!bare)); then
 fi
 
 prof() { python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
+# --perf NAME: a perf profile of the window into the perf directory, if asked for.
+perf_to() { [[ -n $perfdir ]] && echo --perf "$perfdir/$1-$clients-$r.txt"; true; }
+[[ -n $perfdir ]] && mkdir -p "$perfdir"
 
 for r in $(seq "$rounds"); do
   echo "=== round $r: pg_gatekeeper (defaults), $clients clients"
   pg -o "-c shared_preload_libraries=pg_gatekeeper -c huge_pages=on" start
   psql -d bench -qc "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper"
-  prof --port "$port" "$@"
+  prof --port "$port" $(perf_to gate) "$@"
   psql -d bench -Atc \
     "SELECT format('gate over the last $window s: tickets avg %s (min %s, max %s), running avg %s, queued avg %s',
             round(avg(tickets), 1), min(tickets), max(tickets), round(avg(running), 1), round(avg(queued), 1))
@@ -98,12 +103,12 @@ for r in $(seq "$rounds"); do
   pg -o "-c huge_pages=on" start
   if ((bare)); then
     echo "=== round $r: bare PostgreSQL, $clients clients"
-    prof --port "$port" "$@"
+    prof --port "$port" $(perf_to bare) "$@"
   else
     echo "=== round $r: PgBouncer pool $pool, $clients clients"
     # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
     as_pg prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
-    prof --port "$bport" --stats-port "$port" "$@"
+    prof --port "$bport" --stats-port "$port" $(perf_to pool) "$@"
     kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
   fi
