@@ -130,9 +130,9 @@ def main(argv):
 
 def perf_summary(path, command, tps):
     """Write the profile's summary next to its data file, and print its head."""
-    def report(*args):
+    def report(*args, limit="0.3"):
         r = subprocess.run(["perf", "report", "-i", path + ".data", "--no-children", "--stdio", "-g", "none",
-                            "--percent-limit", "0.3"] + list(args), capture_output=True, text=True, check=True)
+                            "--percent-limit", limit] + list(args), capture_output=True, text=True, check=True)
         return "\n".join(line for line in r.stdout.splitlines() if line.strip() and not line.startswith("#"))
     parts = [
         "# perf record -a -g over the window of: pgbench %s (%.0f commits/s)" % (command, tps),
@@ -143,7 +143,7 @@ def perf_summary(path, command, tps):
         report("--comm", "postgres", "--sort", "dso,symbol"),
         "",
         "# pg_gatekeeper.so alone (--dsos pg_gatekeeper.so --sort symbol)",
-        report("--dsos", "pg_gatekeeper.so", "--sort", "symbol"),
+        report("--dsos", "pg_gatekeeper.so", "--sort", "symbol", limit="0.02"),
     ]
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")

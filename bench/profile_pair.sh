@@ -61,7 +61,16 @@ need=$(as_pg "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gateke
 echo $((hp_before + need)) > /proc/sys/vm/nr_hugepages
 
 pg() { as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
+# bench/run.sh leaves the settings of its last configuration in
+# bench_config.conf (the library preloaded, when that was a gate): empty it
+# for these runs, so that the library is loaded only where asked for on the
+# command line, and the pool and bare runs are really without it.
+bconf=$data/bench_config.conf
+[[ -f $bconf ]] && cp "$bconf" "$work/bench_config.conf.saved"
+: > "$bconf"
+chown postgres "$bconf"
 cleanup() {
+  [[ -f $work/bench_config.conf.saved ]] && mv "$work/bench_config.conf.saved" "$bconf"
   [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] && kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")" 2>/dev/null || true
   pg -m fast stop 2>/dev/null || true
   echo "$hp_before" > /proc/sys/vm/nr_hugepages
