@@ -189,8 +189,9 @@ fn a_statement_after_a_clients_think_time_runs_from_its_own_start() {
         ("pg_gatekeeper.max_tickets", "1"),
         ("pg_gatekeeper.progress_timeout", "60s"),
     ]);
-    // Immutable, so the planner runs it: 100 ms of computing before any
-    // hook of ours sees the statement, shorter than stall_timeout (200 ms).
+    // Immutable, so the planner runs it: 50 ms of computing before any
+    // hook of ours sees the statement, a quarter of stall_timeout (200 ms),
+    // so that a busy CPU cannot stretch it past.
     c.admin_exec(
         "CREATE FUNCTION plan_burn(d float8) RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
            DECLARE t0 timestamptz := clock_timestamp();
@@ -208,11 +209,11 @@ fn a_statement_after_a_clients_think_time_runs_from_its_own_start() {
     // The client thinks for longer than stall_timeout: the input under
     // test, not a wait for state.
     std::thread::sleep(Duration::from_millis(800));
-    a.ok("SELECT plan_burn(0.1)");
+    a.ok("SELECT plan_burn(0.05)");
     a.ok("COMMIT");
     b.join_ok(Duration::from_secs(10));
     // Measured from the last statement, the planning would have read as
-    // 900 ms of computing, and the transaction's shape would be long.
+    // 850 ms of computing, and the transaction's shape would be long.
     let long: i64 = c.admin_i64("SELECT coalesce(sum(long_runs), 0)::bigint FROM gatekeeper.shapes");
     assert_eq!(long, 0, "a short statement after think time ran long: {}", c.log_tail(20));
     c.assert_quiet();
