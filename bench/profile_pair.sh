@@ -8,7 +8,7 @@
 #   bash bench/profile_pair.sh           # 1000 TPC-B clients, pool 32, 3 rounds each way
 #   bash bench/profile_pair.sh -c 256 -p 8 -r 2 -- -f bench/slow_client.sql -s 10
 #   bash bench/profile_pair.sh --bare -c 1000 -r 2 -- -f bench/slow_client.sql -s 10
-#   bash bench/profile_pair.sh -r 2 --perf DIR   # also perf profiles: DIR/gate-1.txt, DIR/pool-1.txt...
+#   bash bench/profile_pair.sh -r 2 --perf DIR   # also perf profiles: DIR/gate-1000-1.txt, DIR/pool-1000-1.txt...
 #
 # Reloads the pgbench tables at --scale (10) when the cluster has another
 # scale (the smoke run loads scale 1). Then alternates: the server with the
