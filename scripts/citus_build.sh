@@ -33,14 +33,9 @@ fi
 [ -f "$tarball" ] || { echo "missing $tarball (Citus's source, see CITUS.md)" >&2; exit 1; }
 
 # Headers Citus needs beyond PostgreSQL's: lz4, zstd, and krb5 (PG 15's
-# server headers include gssapi).
-missing=()
-for p in liblz4-dev libzstd-dev libkrb5-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# server headers include gssapi). scripts/deps.sh installs them too.
+source scripts/apt_install.sh
+apt_install liblz4-dev libzstd-dev libkrb5-dev || { echo "could not install Citus's build dependencies" >&2; exit 1; }
 
 work=target/citus-build/pg$PG_MAJOR
 rm -rf "$work"

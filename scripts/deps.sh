@@ -7,25 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/pg_env.sh
+source scripts/apt_install.sh
 
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
-          pgbouncer sysbench python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter)
+          pgbouncer sysbench python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter
+          liblz4-dev libzstd-dev libkrb5-dev)  # the last 3: Citus's build (scripts/citus_build.sh)
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
 say() { printf '\n== %s\n' "$*"; }
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  say "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+apt_install "${PACKAGES[@]}"
 # Debian starts the exporter as a service on install; the tests run their own.
 if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus-postgres-exporter 2>/dev/null; then
   systemctl stop prometheus-postgres-exporter || true

@@ -33,14 +33,23 @@ done
 unset RUST_BACKTRACE
 passed=0 failed=0 summary=()
 
+# Each step's output goes to the terminal and to target/test-logs/; a failed
+# step's last lines also go into the summary, which is what a CI log keeps.
+# (tee runs beside the step, not after it in a pipe, so that a server a step
+# leaves running with its output cannot hold the step open.)
+logdir=target/test-logs
+rm -rf "$logdir"; mkdir -p "$logdir"
 step() { # name command...
   local name=$1; shift
   printf '\n==== %s\n' "$name"
-  local t0=$SECONDS
-  if "$@"; then
+  local t0=$SECONDS log
+  log=$logdir/$(printf '%02d' $((passed + failed + 1)))-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-' | cut -c1-60).log
+  if "$@" > >(tee "$log") 2>&1; then
     passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
   else
-    failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s)")
+    failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); its last lines:")
+    sleep 1 # tee's last write
+    while IFS= read -r line; do summary+=("      | $line"); done < <(grep -v '^[[:space:]]*$' "$log" | tail -n 8 | cut -c1-200)
     return 1
   fi
 }
