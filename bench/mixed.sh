@@ -62,7 +62,7 @@ while [ $# -gt 0 ]; do
 done
 configs=${MIXED_CONFIGS:-bare pgbouncer gate gate-nostall gate-class bare-alone gate-alone}
 
-command -v pgbouncer >/dev/null || { apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; }
+command -v pgbouncer >/dev/null || { source "$(dirname "$0")/../scripts/apt_install.sh" && apt_install pgbouncer; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(cluster_dir pg_gatekeeper_mixed)

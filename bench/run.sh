@@ -52,11 +52,8 @@ command -v sysbench >/dev/null || need_pkgs+=(sysbench)
 [[ -x $PG_BIN/pgbench ]] || need_pkgs+=(postgresql-15)
 "$PY" -c 'import matplotlib' 2>/dev/null || need_pkgs+=(python3-matplotlib)
 if ((${#need_pkgs[@]})); then
-  echo "installing ${need_pkgs[*]} ..."
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y "${need_pkgs[@]}" >/dev/null 2>&1 || {
-    apt-get update >/dev/null && apt-get install -y "${need_pkgs[@]}" >/dev/null
-  }
+  source "$repo/scripts/apt_install.sh"
+  apt_install "${need_pkgs[@]}"
 fi
 # Debian's pgbouncer package starts a service on install; ours runs on its own port, but
 # stop the packaged one if it is running so that it takes no CPU.
