@@ -1,8 +1,10 @@
 -- pg_gatekeeper 0.4.0 -> 0.5.0: query shapes and the long lane. New: the
 -- view gatekeeper.shapes and its function, route_shape(), unroute_shape()
--- and reset_shapes() (revoked from PUBLIC, as reset() is). Nothing
--- existing changes; the class long appears in gatekeeper.classes because
--- the library defines it, not because of this script.
+-- and reset_shapes() (revoked from PUBLIC, as reset() is); the view
+-- gatekeeper.status gains two last columns, lend_cap and lend_probe, from a
+-- new function lending_state() that it joins. Nothing else existing
+-- changes; the class long appears in gatekeeper.classes because the
+-- library defines it, not because of this script.
 \echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.5.0'" to load this file. \quit
 
 CREATE FUNCTION gatekeeper."shapes"() RETURNS TABLE (
@@ -52,3 +54,15 @@ GRANT SELECT ON gatekeeper.shapes TO PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.route_shape(bigint, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.unroute_shape(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.reset_shapes(boolean) FROM PUBLIC;
+
+CREATE FUNCTION gatekeeper."lending_state"() RETURNS TABLE (
+	"lend_cap" INT,  /* Option < i32 > */
+	"lend_probe" TEXT  /* Option < & '_ str > */
+)
+STRICT PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'lending_state_wrapper';
+
+-- New columns at the end: the view keeps its grants and what depends on it.
+CREATE OR REPLACE VIEW gatekeeper.status AS
+    SELECT * FROM gatekeeper.status() CROSS JOIN gatekeeper.limit_state() CROSS JOIN gatekeeper.lending_state();

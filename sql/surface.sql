@@ -21,6 +21,12 @@ SELECT max_active >= 1 AS has_limit, limit_source, effective_cpus > 0 AS has_cpu
        admitted, queued, stats_reset IS NOT NULL AS has_reset
   FROM gatekeeper.status;
 
+-- The lending cap (lend_by_throughput is on by default): within the limit
+-- and the ceiling, and a probe is up, down or none.
+SELECT lend_cap BETWEEN max_active AND ticket_ceiling AS lend_cap_ok,
+       coalesce(lend_probe IN ('up', 'down'), true) AS lend_probe_ok
+  FROM gatekeeper.status;
+
 -- The limit is derived from the CPUs: ceil(effective_cpus * active_per_cpu),
 -- its floor, and may adapt up to ceil(effective_cpus * active_per_cpu_max).
 SELECT max_active = ceil(effective_cpus * current_setting('pg_gatekeeper.active_per_cpu')::float8)

@@ -20,8 +20,8 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::session;
 use crate::shmem::{self, LimitStatus};
+use crate::{gucs, session};
 
 fn ts(us: i64) -> Option<TimestampWithTimeZone> {
     TimestampWithTimeZone::try_from(us).ok()
@@ -253,6 +253,26 @@ fn limit_state() -> TableIterator<
     TableIterator::once((st.bounds.floor as i32, st.bounds.ceiling as i32, st.reason().as_str(), ts(st.changed_at_us)))
 }
 
+/// The lending cap (docs/DESIGN.md §10): the last columns of
+/// `gatekeeper.status` from 0.5.0 on, which the view joins as it joins
+/// `limit_state()`. NULL while `lend_by_throughput` is off.
+#[pg_extern(name = "lending_state", parallel_restricted)]
+fn lending_state() -> TableIterator<'static, (name!(lend_cap, Option<i32>), name!(lend_probe, Option<&'static str>))> {
+    let (h, st) = shmem::with_gate_shared(|l| (*l.gate.header(), *l.status));
+    if !gucs::lend_by_throughput() {
+        return TableIterator::once((None, None));
+    }
+    // Before the worker's first sample, and after a reload moved the limit
+    // or the ceiling, the cap in force is the climber's clamped to them.
+    let cap = st.lend_cap.clamp(h.limit, st.ceiling.max(h.limit));
+    let probe = match st.lend_probe {
+        1 => Some("up"),
+        -1 => Some("down"),
+        _ => None,
+    };
+    TableIterator::once((Some(cap as i32), probe))
+}
+
 /// `gatekeeper.sessions()` from 0.4.0 on; 0.2.0's row, which 0.2.0 and 0.3.0
 /// call as `sessions_wrapper`.
 #[pg_extern(name = "sessions", parallel_restricted)]
@@ -446,7 +466,8 @@ fn reset() {
 
 extension_sql!(
     r#"
-CREATE VIEW gatekeeper.status AS SELECT * FROM gatekeeper.status() CROSS JOIN gatekeeper.limit_state();
+CREATE VIEW gatekeeper.status AS
+    SELECT * FROM gatekeeper.status() CROSS JOIN gatekeeper.limit_state() CROSS JOIN gatekeeper.lending_state();
 CREATE VIEW gatekeeper.sessions AS SELECT * FROM gatekeeper.sessions();
 CREATE VIEW gatekeeper.wait_histogram AS SELECT * FROM gatekeeper.wait_histogram();
 CREATE VIEW gatekeeper.history AS SELECT * FROM gatekeeper.history();
@@ -464,6 +485,6 @@ GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.wait_histogra
 REVOKE ALL ON FUNCTION gatekeeper.reset() FROM PUBLIC;
 "#,
     name = "views",
-    requires = [status_0_2, limit_state, sessions_0_2, wait_histogram, history_0_3, classes, reset],
+    requires = [status_0_2, limit_state, lending_state, sessions_0_2, wait_histogram, history_0_3, classes, reset],
     finalize
 );

@@ -92,6 +92,11 @@ pub struct LimitStatus {
     /// Holders computing past `stall_timeout`, smoothed at every sample
     /// (`adaptive::cpu_cap`).
     pub computing_avg: f64,
+    /// The lending cap at the last sample (`lending::LendClimber::cap`);
+    /// 0 before the first.
+    pub lend_cap: u32,
+    /// The lending cap's probe being judged: 1 up, -1 down, 0 none.
+    pub lend_probe: i8,
 }
 
 impl LimitStatus {

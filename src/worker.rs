@@ -381,6 +381,8 @@ fn sample_and_steer(
         };
         let next = if lend_on {
             let cap = adapt.lend.cap(h.limit, l.status.ceiling);
+            l.status.lend_cap = cap;
+            l.status.lend_probe = adapt.lend.probe();
             let capped = controller::next_tickets(controller::Sample { ceiling: cap, ..sample });
             adapt.pressed |= capped == cap && controller::next_tickets(sample) > cap;
             capped

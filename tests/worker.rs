@@ -88,21 +88,31 @@ fn lending_that_ends_no_transaction_is_not_extended() {
     c.wait_status("four more queued or admitted", |s| s.admitted() + s.queued() == 6);
 
     // Eight throughput windows of 500 ms: each probe doubles the cap (to 4),
-    // the places it lends end nothing, and it is taken back.
+    // the places it lends end nothing, and it is taken back. The view shows
+    // the cap and the probe. (Not compared with `tickets`: the view reads
+    // the cap with a second function, and a sample may fall in between.)
     let t0 = Instant::now();
-    let mut most = 0;
+    let (mut most, mut probed_up, mut held_at_limit) = (0, false, false);
     while t0.elapsed() < Duration::from_secs(4) {
         let s = c.status();
         most = most.max(s.admitted());
         assert!(s.tickets() <= 4, "tickets {} with nothing ending", s.tickets());
+        let cap = s.int("lend_cap");
+        assert!((2..=4).contains(&cap), "lend_cap {cap} at a limit of 2: {}", s.0);
+        probed_up |= cap == 4 && s.0["lend_probe"] == "up";
+        held_at_limit |= cap == 2 && s.0["lend_probe"].is_null();
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(most <= 4, "{most} admitted at a limit of 2 while nothing ended");
     assert!(c.status().queued() >= 2, "the queue was emptied");
+    assert!(probed_up, "no probe up to a cap of 4 was seen in 4 s");
+    assert!(held_at_limit, "the cap was never seen back at the limit between probes");
 
     // Off: the running-holder rule alone, and every idle holder lends.
     c.set_conf(&[("pg_gatekeeper.lend_by_throughput", "off")]);
     c.wait_status("every session admitted", |s| s.admitted() == 6 && s.queued() == 0);
+    let s = c.status();
+    assert!(s.0["lend_cap"].is_null() && s.0["lend_probe"].is_null(), "lending is not capped: {}", s.0);
     for w in waiting {
         let mut d = w.join_ok(PROMPT).session;
         d.ok("COMMIT");

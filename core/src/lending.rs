@@ -92,6 +92,11 @@ impl LendClimber {
         self.dir != 0
     }
 
+    /// The probe under way: 1 a step up, -1 a step down, 0 none.
+    pub fn probe(&self) -> i8 {
+        self.dir
+    }
+
     /// Judge the window that ended; returns the new cap when it moved.
     pub fn next(&mut self, s: Signals) -> Option<u32> {
         let ceiling = s.ceiling.max(s.limit);
