@@ -9,7 +9,7 @@ configurations run on the server without the library in
 shared_preload_libraries; the gatekeeper configurations restart it with the
 library loaded. At each client count of each round every configuration runs
 once on the same data (the server phase order alternates between groups, so
-each group costs one restart).
+each group costs one restart, and for each client count between rounds).
 """
 
 import argparse

@@ -20,13 +20,15 @@ class Schedule(Runner):
         bare_side = [c for c in cfgs if c["gk"] is None]
         gk_side = [c for c in cfgs if c["gk"] is not None]
         steps = []
-        flip = False
         for rnd in range(1, self.a.rounds + 1):
-            for clients in self.a.clients:
+            for ci, clients in enumerate(self.a.clients):
+                # The order flips from one client count to the next (one
+                # restart fewer between them) and, for each client count,
+                # from one round to the next, whatever the number of client
+                # counts: neither side always runs first.
                 phases = [bare_side, gk_side]
-                if flip:
+                if (rnd + ci) % 2 == 0:
                     phases.reverse()
-                flip = not flip
                 for side in phases:
                     for w in self.a.workloads:
                         for cfg in side:
