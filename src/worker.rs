@@ -351,7 +351,6 @@ fn sample_and_steer(
                 tickets: h.tickets,
                 pressed,
                 tput: tput.ended,
-                cpu_idle: if samples > 0 { idle_sum / samples as f64 } else { cpu_idle },
             };
             let tput = tput.admitted;
             let signals = adaptive::Signals {
@@ -361,6 +360,7 @@ fn sample_and_steer(
                 running: if avg.is_finite() { avg } else { running as f64 },
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
                 tput,
+                cpu_idle: if samples > 0 { idle_sum / samples as f64 } else { cpu_idle },
                 computing: l.status.computing_avg,
             };
             let lend_turn = lend_on && adapt.lend.probing();

@@ -35,18 +35,6 @@
 //! A step up must pay more than a step down may cost: over full CPUs a
 //! step gains nothing but a window's noise, which must not walk the cap
 //! up.
-//!
-//! That proof is asked only where lending can cost: over full CPUs. While
-//! at least [`IDLE_ROOM`] of the CPUs' time is idle (iowait included: the
-//! worker's meter), queued sessions that lending would admit are not
-//! waiting for a CPU, and a step up is kept unless it costs more than
-//! [`GAIN_DOWN`]; nor is a step down tried then. Where the clients spend
-//! their transactions' time waiting in the server as well as on
-//! themselves (a wait-bound workload, 200 clients on 2 CPUs), the proof
-//! kept the cap near the limit with a fifth of the CPUs idle, and the
-//! adaptive limit, which climbs only while its places are used, stayed low
-//! with it: 0.62x the throughput of lending as before
-//! (bench/results/wait-cap-20261127/).
 
 /// A step up pays when throughput rises by more than this share.
 pub const GAIN_UP: f64 = 0.05;
@@ -55,11 +43,6 @@ pub const GAIN_UP: f64 = 0.05;
 pub const GAIN_DOWN: f64 = 0.03;
 /// Windows to hold at a knee before the next probe.
 pub const HOLD_WINDOWS: u32 = 4;
-/// The CPUs' idle share at or above which lending more need not pay, only
-/// not cost. Over full CPUs (sysbench's client beside the server) the
-/// worker measured 0-7 % idle; durable commits' flushes show as a few
-/// percent of iowait.
-pub const IDLE_ROOM: f64 = 0.10;
 /// A step down doubles with each kept step in a row, up to this many times.
 const MAX_DOUBLINGS: u32 = 2;
 
@@ -75,8 +58,6 @@ pub struct Signals {
     pub pressed: bool,
     /// Transactions ended per second over the window.
     pub tput: f64,
-    /// The CPUs' idle share over the window (0 to 1).
-    pub cpu_idle: f64,
 }
 
 /// The cap and the probe in progress, kept by the worker between windows.
@@ -90,8 +71,6 @@ pub struct LendClimber {
     from_tput: f64,
     /// Throughput where a descent began.
     base_tput: f64,
-    /// The CPUs had room in the window before the step up under way.
-    from_room: bool,
     streak: u32,
     hold: u32,
     down_next: bool,
@@ -134,14 +113,9 @@ impl LendClimber {
         }
         match self.dir {
             dir @ (1 | -1) => {
-                // A step up must pay, or with idle CPUs not cost; a step
-                // down may cost a little.
+                // A step up must pay; a step down may cost a little.
                 let (kept, room) = if dir > 0 {
-                    let pays = s.tput > self.from_tput * (1.0 + GAIN_UP);
-                    // (Nothing ended is no measure: lending to sessions
-                    // that end nothing is not extended.)
-                    let free = self.from_room && self.from_tput > 0.0 && s.tput >= self.from_tput * (1.0 - GAIN_DOWN);
-                    (pays || free, s.pressed && cap < ceiling)
+                    (s.tput > self.from_tput * (1.0 + GAIN_UP), s.pressed && cap < ceiling)
                 } else {
                     (s.tput >= self.base_tput * (1.0 - GAIN_DOWN), cap > s.limit)
                 };
@@ -149,7 +123,7 @@ impl LendClimber {
                     self.cap = self.from_cap;
                 } else if room {
                     self.streak += 1;
-                    self.step(cap, s, dir, ceiling);
+                    self.step(cap, s.tput, dir, s.limit, ceiling);
                     return moved(self.cap);
                 }
                 self.settle();
@@ -161,29 +135,25 @@ impl LendClimber {
                     return moved(cap);
                 }
                 let up = s.pressed && cap < ceiling;
-                // Not down while sessions wait for lending the idle CPUs
-                // could serve.
-                let down = cap > s.limit && !(s.pressed && has_room(s));
+                let down = cap > s.limit;
                 let go_down = down && (self.down_next || !up);
                 if go_down || up {
                     self.down_next = !go_down;
                     self.base_tput = s.tput;
-                    self.step(cap, s, if go_down { -1 } else { 1 }, ceiling);
+                    self.step(cap, s.tput, if go_down { -1 } else { 1 }, s.limit, ceiling);
                 }
                 moved(self.cap)
             }
         }
     }
 
-    /// Take a step from `cap` in direction `dir`, judged next window
-    /// against the window `s` that just ended.
-    fn step(&mut self, cap: u32, s: Signals, dir: i8, ceiling: u32) {
+    /// Take a step from `cap` in direction `dir`, judged next window.
+    fn step(&mut self, cap: u32, tput: f64, dir: i8, limit: u32, ceiling: u32) {
         let step = if dir > 0 { cap } else { (cap / 8).max(1).saturating_mul(1 << self.streak.min(MAX_DOUBLINGS)) };
-        self.cap = if dir > 0 { cap.saturating_add(step).min(ceiling) } else { cap.saturating_sub(step).max(s.limit) };
+        self.cap = if dir > 0 { cap.saturating_add(step).min(ceiling) } else { cap.saturating_sub(step).max(limit) };
         self.dir = dir;
         self.from_cap = cap;
-        self.from_tput = s.tput;
-        self.from_room = has_room(s);
+        self.from_tput = tput;
     }
 
     /// A knee: no probe for a while.
@@ -192,11 +162,6 @@ impl LendClimber {
         self.streak = 0;
         self.hold = HOLD_WINDOWS;
     }
-}
-
-/// The CPUs had idle time to spare over the window.
-fn has_room(s: Signals) -> bool {
-    s.cpu_idle >= IDLE_ROOM
 }
 
 #[cfg(test)]
@@ -208,19 +173,6 @@ mod tests {
     /// controller lends while any are left over), with multiplicative noise
     /// of up to `noise`. Returns the caps, window by window.
     fn run(limit: u32, demand: u32, windows: usize, noise: f64, x: impl Fn(u32) -> f64) -> Vec<u32> {
-        run_idle(limit, demand, windows, noise, x, |_| 0.0)
-    }
-
-    /// [`run`] with the CPUs' idle share `idle(in_flight)` (full CPUs in
-    /// [`run`]).
-    fn run_idle(
-        limit: u32,
-        demand: u32,
-        windows: usize,
-        noise: f64,
-        x: impl Fn(u32) -> f64,
-        idle: impl Fn(u32) -> f64,
-    ) -> Vec<u32> {
         let mut c = LendClimber::default();
         let mut seed = 12345u64;
         let mut caps = vec![];
@@ -230,7 +182,7 @@ mod tests {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let r = (seed >> 33) as f64 / (1u64 << 31) as f64 * 2.0 - 1.0;
             let tput = x(tickets) * (1.0 + noise * r);
-            c.next(Signals { limit, ceiling: 2000, tickets, pressed: demand > cap, tput, cpu_idle: idle(tickets) });
+            c.next(Signals { limit, ceiling: 2000, tickets, pressed: demand > cap, tput });
             caps.push(c.cap(limit, 2000));
         }
         caps
@@ -250,33 +202,6 @@ mod tests {
         let caps = run(8, 1000, 400, 0.05, |_| 900.0);
         let avg = caps.iter().map(|&c| c as f64).sum::<f64>() / caps.len() as f64;
         assert!(avg <= 16.0 && caps.iter().all(|&c| c <= 64), "average {avg}: {caps:?}");
-    }
-
-    #[test]
-    fn with_idle_cpus_lending_grows_while_it_does_not_cost() {
-        // Queued sessions wait on neither the CPUs nor the gate's
-        // throughput proof: throughput flat (each transaction waits in the
-        // server, say), a fifth of the CPUs idle until 100 are in flight.
-        let idle = |n: u32| if n < 100 { 0.2 } else { 0.03 };
-        let caps = run_idle(8, 1000, 200, 0.02, |_| 900.0, idle);
-        let at = caps.iter().position(|&c| c >= 64).expect("never lent 64 places");
-        assert!(at <= 8, "took {at} windows: {caps:?}");
-        // Once the CPUs are full, lending more must pay again: the cap does
-        // not walk on to the demand.
-        let late = &caps[50..];
-        let avg = late.iter().map(|&c| c as f64).sum::<f64>() / late.len() as f64;
-        assert!((64.0..=256.0).contains(&avg), "average cap {avg}: {caps:?}");
-        assert!(late.iter().all(|&c| c <= 512), "{caps:?}");
-    }
-
-    #[test]
-    fn with_idle_cpus_a_step_that_costs_is_still_taken_back() {
-        // Idle CPUs, but every ticket beyond 16 costs throughput (a hot
-        // lock, say): the cap stays at 16 or below most of the time.
-        let x = |n: u32| if n <= 16 { 1000.0 } else { 1000.0 - (n - 16) as f64 * 10.0 };
-        let caps = run_idle(8, 1000, 200, 0.0, x, |_| 0.5);
-        let at_most_16 = caps.iter().filter(|&&c| c <= 16).count();
-        assert!(at_most_16 >= 150, "{caps:?}");
     }
 
     #[test]
@@ -305,28 +230,14 @@ mod tests {
         // Slow clients first: the cap climbs high.
         for _ in 0..40 {
             let cap = c.cap(8, 2000);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 2000,
-                tickets: cap,
-                pressed: true,
-                tput: cap.min(600) as f64,
-                cpu_idle: 0.0,
-            });
+            c.next(Signals { limit: 8, ceiling: 2000, tickets: cap, pressed: true, tput: cap.min(600) as f64 });
         }
         assert!(c.cap(8, 2000) >= 400, "{c:?}");
         // Then the CPUs fill: throughput flat at any cap. Nobody has to be
         // queued for the cap to come down: it starts from the tickets.
         for _ in 0..200 {
             let cap = c.cap(8, 2000);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 2000,
-                tickets: cap.min(300),
-                pressed: cap < 300,
-                tput: 900.0,
-                cpu_idle: 0.0,
-            });
+            c.next(Signals { limit: 8, ceiling: 2000, tickets: cap.min(300), pressed: cap < 300, tput: 900.0 });
         }
         assert!(c.cap(8, 2000) <= 16, "{c:?}");
     }
@@ -336,20 +247,11 @@ mod tests {
         let mut c = LendClimber { cap: 64, ..LendClimber::default() };
         // Tickets at 64, lending in use; the first probe goes down (no one
         // presses for more) and costs a fifth.
-        assert_eq!(
-            c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: false, tput: 1000.0, cpu_idle: 0.0 }),
-            Some(56)
-        );
-        assert_eq!(
-            c.next(Signals { limit: 8, ceiling: 1000, tickets: 56, pressed: true, tput: 800.0, cpu_idle: 0.0 }),
-            Some(64)
-        );
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: false, tput: 1000.0 }), Some(56));
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 56, pressed: true, tput: 800.0 }), Some(64));
         // Then it holds.
         for _ in 0..HOLD_WINDOWS {
-            assert_eq!(
-                c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: true, tput: 1000.0, cpu_idle: 0.0 }),
-                None
-            );
+            assert_eq!(c.next(Signals { limit: 8, ceiling: 1000, tickets: 64, pressed: true, tput: 1000.0 }), None);
         }
     }
 
@@ -359,14 +261,7 @@ mod tests {
         let mut top = 0;
         for _ in 0..100 {
             let cap = c.cap(8, 40);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 40,
-                tickets: cap,
-                pressed: true,
-                tput: cap as f64 * 100.0,
-                cpu_idle: 0.0,
-            });
+            c.next(Signals { limit: 8, ceiling: 40, tickets: cap, pressed: true, tput: cap as f64 * 100.0 });
             assert!((8..=40).contains(&c.cap(8, 40)));
             top = top.max(c.cap(8, 40));
         }
@@ -375,10 +270,7 @@ mod tests {
         assert_eq!(c.cap(60, 40), 60);
         // No throughput measured: no probe.
         let mut c = LendClimber::default();
-        assert_eq!(
-            c.next(Signals { limit: 8, ceiling: 40, tickets: 8, pressed: true, tput: f64::NAN, cpu_idle: 0.0 }),
-            None
-        );
+        assert_eq!(c.next(Signals { limit: 8, ceiling: 40, tickets: 8, pressed: true, tput: f64::NAN }), None);
         assert!(!c.probing());
     }
 }
