@@ -28,7 +28,9 @@
 //! their client, nor on a heavyweight lock unless it is the first waiter
 //! on a transaction at work, mostly one in its commit flush): a pile-up
 //! behind a hot lock must not grow it, and idle holders' places are the
-//! ticket controller's to lend. When fewer than half the
+//! ticket controller's to lend (while a tenth of the CPUs idles,
+//! [`IDLE_ROOM`], half the places at work will do: holders waiting on a
+//! client that shares the CPUs may keep the rest unlent). When fewer than half the
 //! places are used so, above the floor, it comes down an eighth per window
 //! without probing: TPC-B at 1000 clients after wait-bound work is such a
 //! pile-up (on the branch rows), and probing down through it is slow, each
