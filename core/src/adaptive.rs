@@ -59,8 +59,8 @@ const MAX_DOUBLINGS: u32 = 2;
 /// The CPUs' idle share (iowait included) at or above which the places
 /// count as used while half of them work (see [`Climber::next_limit`]).
 /// Not a knee, which steps must still find by paying: over full CPUs the
-/// worker measured 0-7 % idle, and durable commits' flushes show as a few
-/// percent more.
+/// worker measured 0-7 % idle with sysbench, and 8-12 % with TPC-B's
+/// durable commits (whose flushes count as idle).
 pub const IDLE_ROOM: f64 = 0.10;
 
 /// Why the limit last changed; shown as `limit_reason`.
