@@ -16,7 +16,7 @@ source "$(dirname "$0")/../scripts/pg_env.sh"
 BIN=$PG_BINDIR
 source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
-command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
+command -v valgrind >/dev/null || { source "$(dirname "${BASH_SOURCE[0]}")/../scripts/apt_install.sh" && apt_install valgrind; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh"
 work=$(cluster_dir pg_gatekeeper_callgrind)

@@ -35,7 +35,7 @@ source "$(dirname "$0")/../scripts/pg_env.sh"
 BIN=$PG_BINDIR
 source "$(dirname "${BASH_SOURCE[0]}")/require_release.sh"
 require_release "$BIN"
-command -v perf >/dev/null || { apt-get update -qq && apt-get install -y -qq linux-perf >/dev/null; }
+command -v perf >/dev/null || { source "$(dirname "${BASH_SOURCE[0]}")/../scripts/apt_install.sh" && apt_install linux-perf; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/cluster.sh"
 work=$(cluster_dir pg_gatekeeper_perf)
