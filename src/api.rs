@@ -15,6 +15,7 @@
 use gatekeeper_core::adaptive::Reason;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::histogram::{Histogram, NBUCKETS};
+use gatekeeper_core::lending;
 use gatekeeper_core::{GateHeader, Slot, SlotState};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
@@ -264,7 +265,7 @@ fn lending_state() -> TableIterator<'static, (name!(lend_cap, Option<i32>), name
     }
     // Before the worker's first sample, and after a reload moved the limit
     // or the ceiling, the cap in force is the climber's clamped to them.
-    let cap = st.lend_cap.clamp(h.limit, st.ceiling.max(h.limit));
+    let cap = lending::within(st.lend_cap, h.limit, st.ceiling);
     let probe = match st.lend_probe {
         1 => Some("up"),
         -1 => Some("down"),

@@ -79,12 +79,7 @@ pub struct LendClimber {
 impl LendClimber {
     /// The ceiling for tickets now: the cap, within `[limit, ceiling]`.
     pub fn cap(&self, limit: u32, ceiling: u32) -> u32 {
-        let ceiling = ceiling.max(limit);
-        if self.cap == 0 {
-            limit
-        } else {
-            self.cap.clamp(limit, ceiling)
-        }
+        within(self.cap, limit, ceiling)
     }
 
     /// A probe is under way: its step is judged at the next window.
@@ -162,6 +157,12 @@ impl LendClimber {
         self.streak = 0;
         self.hold = HOLD_WINDOWS;
     }
+}
+
+/// A cap (0: none learnt yet, the limit) within `[limit, ceiling]`, the
+/// ceiling never below the limit: what the tickets may reach.
+pub fn within(cap: u32, limit: u32, ceiling: u32) -> u32 {
+    cap.clamp(limit, ceiling.max(limit))
 }
 
 #[cfg(test)]
