@@ -34,7 +34,8 @@ unset RUST_BACKTRACE
 passed=0 failed=0 summary=()
 
 # Each step's output goes to the terminal and to target/test-logs/; a failed
-# step's last lines also go into the summary, which is what a CI log keeps.
+# step's panic messages and last lines also go into the summary, which is
+# what a CI log keeps.
 # (tee runs beside the step, not after it in a pipe, so that a server a step
 # leaves running with its output cannot hold the step open.)
 logdir=target/test-logs
@@ -47,9 +48,12 @@ step() { # name command...
   if "$@" > >(tee "$log") 2>&1; then
     passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
   else
-    failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); its last lines:")
+    failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); what it printed last:")
     sleep 1 # tee's last write
-    while IFS= read -r line; do summary+=("      | $line"); done < <(grep -v '^[[:space:]]*$' "$log" | tail -n 8 | cut -c1-200)
+    # A Rust test's panic message (what failed, and why) comes first; the
+    # server log tail a test prints after it would push it out of the tail.
+    while IFS= read -r line; do summary+=("      | $line"); done < <(
+      { grep -A 6 'panicked at' "$log" | head -n 42; grep -v '^[[:space:]]*$' "$log" | tail -n 8; } | cut -c1-240)
     return 1
   fi
 }

@@ -364,14 +364,34 @@ impl Cluster {
 
     /// Wait up to `timeout` until `gatekeeper.status` satisfies `cond`.
     pub fn wait_status_for(&self, desc: &str, timeout: Duration, cond: impl Fn(&Status) -> bool) -> Status {
-        let mut last = None;
-        wait_until(desc, timeout, || {
+        let start = Instant::now();
+        loop {
             let s = self.status();
-            let ok = cond(&s);
-            last = Some(s);
-            ok
-        });
-        last.unwrap()
+            if cond(&s) {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                // What the gate looked like, and how it got there: a timing
+                // failure on a loaded machine is read from this alone.
+                let history: Vec<String> = self
+                    .admin_query(
+                        "SELECT to_char(sample_time, 'HH24:MI:SS.MS') || ' limit ' || max_active || ' ' || limit_reason
+                                || ' admitted ' || admitted || ' queued ' || queued || ' running ' || running
+                           FROM (SELECT * FROM gatekeeper.history ORDER BY sample_time DESC LIMIT 40) h
+                          ORDER BY sample_time",
+                        &[],
+                    )
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                panic!(
+                    "timed out after {timeout:?} waiting until {desc}\nlast gatekeeper.status: {}\nhistory:\n  {}",
+                    s.0,
+                    history.join("\n  ")
+                );
+            }
+            std::thread::sleep(POLL);
+        }
     }
 
     /// The invariant at a quiet moment (docs/DESIGN.md §8): nothing admitted, nothing
