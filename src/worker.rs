@@ -63,6 +63,9 @@ struct Adapt {
     lend: lending::LendClimber,
     /// The controller would have lent past the cap during this window.
     pressed: bool,
+    /// The CPUs' idle share summed over this window's samples, and their
+    /// number.
+    idle: (f64, u32),
     /// When the window began, and the admissions and ended transactions
     /// (admissions less holders) then.
     window: Option<(i64, u64, u64)>,
@@ -89,7 +92,10 @@ impl Adapt {
                 let per_s = |now: u64, then: u64| (now - then) as f64 * 1e6 / us as f64;
                 Tput { admitted: per_s(admitted, a), ended: per_s(ended, e) }
             }),
-            Window::Restart => None,
+            Window::Restart => {
+                self.idle = (0.0, 0);
+                None
+            }
         };
         self.window = Some((now, admitted, ended));
         tput
@@ -332,11 +338,13 @@ fn sample_and_steer(
             h.limit,
         );
         let lend_on = gucs::lend_by_throughput();
+        adapt.idle = (adapt.idle.0 + cpu_idle, adapt.idle.1 + 1);
         // Only an automatic limit adapts; a manual one has equal bounds.
         // The limit and the lending cap are judged on the same windows, so
         // one moves at a time: the cap only while the limit holds.
         if let Some(tput) = adapt.tput(now, h.counters.admitted, h.holders) {
             let pressed = std::mem::take(&mut adapt.pressed);
+            let (idle_sum, samples) = std::mem::take(&mut adapt.idle);
             let lend_signals = lending::Signals {
                 limit: h.limit,
                 ceiling: l.status.ceiling,
@@ -352,6 +360,7 @@ fn sample_and_steer(
                 running: if avg.is_finite() { avg } else { running as f64 },
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
                 tput,
+                cpu_idle: if samples > 0 { idle_sum / samples as f64 } else { cpu_idle },
                 computing: l.status.computing_avg,
             };
             let lend_turn = lend_on && adapt.lend.probing();
