@@ -28,13 +28,19 @@
 //! their client, nor on a heavyweight lock unless it is the first waiter
 //! on a transaction at work, mostly one in its commit flush): a pile-up
 //! behind a hot lock must not grow it, and idle holders' places are the
-//! ticket controller's to lend (while a tenth of the CPUs idles,
-//! [`IDLE_ROOM`], half the places at work will do: holders waiting on a
-//! client that shares the CPUs may keep the rest unlent). When fewer than half the
-//! places are used so, above the floor, it comes down an eighth per window
-//! without probing: TPC-B at 1000 clients after wait-bound work is such a
-//! pile-up (on the branch rows), and probing down through it is slow, each
-//! step judged on noisy throughput.
+//! ticket controller's to lend. When fewer than half the places are used
+//! so, above the floor, it comes down an eighth per window without
+//! probing: TPC-B at 1000 clients after wait-bound work is such a pile-up
+//! (on the branch rows), and probing down through it is slow, each step
+//! judged on noisy throughput.
+//!
+//! While a tenth of the CPUs idles ([`IDLE_ROOM`]), holders that wait on
+//! their client are left out of both rules: with a client sharing the CPUs
+//! and the lending cap ([`crate::lending`]) they hold places unlent, which
+//! kept a wait-bound workload's limit from ever stepping up, and brought it
+//! down. There, the places count as used unless the holders that use the
+//! server are a pile-up (fewer than half of them work), and only such a
+//! pile-up brings the limit down.
 //! Nothing else moves while nobody is queued: the limit does not bind, so
 //! there is nothing to learn. One rule acts first, queue or not: while more
 //! holders compute long than one and a half times the floor, the limit
