@@ -62,8 +62,9 @@ pub const HOLD_WINDOWS: u32 = 4;
 pub const USED_SHARE: f64 = 0.125;
 /// The step doubles with each paying step in a row, up to this many times.
 const MAX_DOUBLINGS: u32 = 2;
-/// The CPUs' idle share (iowait included) at or above which the places
-/// count as used while half of them work (see [`Climber::next_limit`]).
+/// The CPUs' idle share (iowait included) at or above which holders that
+/// wait on their client count neither as places unused nor as a pile-up
+/// (see [`Climber::next_limit`]).
 /// Not a knee, which steps must still find by paying: over full CPUs the
 /// worker measured 0-7 % idle with sysbench, and 8-12 % with TPC-B's
 /// durable commits (whose flushes count as idle).

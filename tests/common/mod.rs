@@ -382,7 +382,7 @@ impl Cluster {
                         &[],
                     )
                     .iter()
-                    .map(|r| r.get(0))
+                    .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
                     .collect();
                 panic!(
                     "timed out after {timeout:?} waiting until {desc}\nlast gatekeeper.status: {}\nhistory:\n  {}",
