@@ -67,8 +67,9 @@ step "core unit tests" cargo test -p gatekeeper_core
 # The integration tests talk to the installed extension over connections;
 # they are built once. A separate target dir keeps these builds from
 # thrashing cargo-pgrx's cache. One test at a time: timings (lending, the
-# deadlock breaker, stall relief) need the CPUs.
-itest() { env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test "$@" -- --test-threads=1; }
+# deadlock breaker, stall relief) need the CPUs. Every test file runs even
+# when one fails, so that one failure does not hide the others.
+itest() { env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test --no-fail-fast "$@" -- --test-threads=1; }
 
 for m in "${majors[@]}"; do
   PG_MAJOR=$m source scripts/pg_env.sh

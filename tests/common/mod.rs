@@ -236,13 +236,16 @@ impl Cluster {
         self.admin_query(sql, &[])[0].get(0)
     }
 
-    /// Create `burn(s float8)`, which computes for `s` seconds, executable
-    /// by `app`.
+    /// Create `burn(s float8)`, which computes for `s` seconds from its own
+    /// start, executable by `app`. (Not from `statement_timestamp()`: that
+    /// is taken before the statement waits in the queue, and a storm of
+    /// burns that queue then computes for less the longer it waits.)
     pub fn create_burn(&self) {
         self.admin_exec(
             "CREATE FUNCTION burn(s float8) RETURNS int LANGUAGE plpgsql AS $$
+               DECLARE t0 timestamptz := clock_timestamp();
                BEGIN
-                 WHILE clock_timestamp() < statement_timestamp() + s * interval '1 s' LOOP END LOOP;
+                 WHILE clock_timestamp() < t0 + s * interval '1 s' LOOP END LOOP;
                  RETURN 1;
                END $$;
              GRANT EXECUTE ON FUNCTION burn(float8) TO app;",
