@@ -369,26 +369,39 @@ mod tests {
         }
     }
 
-    /// Run the climber against a model server whose throughput at each
-    /// limit is `x(limit)`, with multiplicative noise of up to `noise`;
-    /// returns the limits it chose, window by window.
-    fn climb(start: u32, windows: usize, noise: f64, x: impl Fn(u32) -> f64) -> Vec<u32> {
+    /// Run a fresh climber from `start` for `windows` windows, each seeing
+    /// `signals(limit)` at the limit it stands at; returns the limits it
+    /// chose, window by window.
+    fn drive(start: u32, windows: usize, mut signals: impl FnMut(u32) -> Signals) -> Vec<u32> {
         let mut c = Climber::default();
         let mut limit = start;
-        let mut rng = 0x9E3779B97F4A7C15u64;
         let mut trail = vec![];
         for _ in 0..windows {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let jitter = 1.0 + noise * ((rng % 2001) as f64 / 1000.0 - 1.0);
-            let s = full(limit, 500, x(limit) * jitter);
-            if let Some((n, _)) = c.next_limit(s) {
+            if let Some((n, _)) = c.next_limit(signals(limit)) {
                 limit = n;
             }
             trail.push(limit);
         }
         trail
+    }
+
+    /// The last limit of [`drive`].
+    fn settle_at(start: u32, windows: usize, signals: impl FnMut(u32) -> Signals) -> u32 {
+        *drive(start, windows, signals).last().unwrap()
+    }
+
+    /// Run the climber against a model server whose throughput at each
+    /// limit is `x(limit)`, with multiplicative noise of up to `noise`;
+    /// returns the limits it chose, window by window.
+    fn climb(start: u32, windows: usize, noise: f64, x: impl Fn(u32) -> f64) -> Vec<u32> {
+        let mut rng = 0x9E3779B97F4A7C15u64;
+        drive(start, windows, |limit| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let jitter = 1.0 + noise * ((rng % 2001) as f64 / 1000.0 - 1.0);
+            full(limit, 500, x(limit) * jitter)
+        })
     }
 
     /// Wait-bound: each holder adds throughput until `knee`, then nothing.
@@ -429,16 +442,11 @@ mod tests {
         // places left unused, and the limit holds; with a fifth of the CPUs
         // idle it climbs to the knee, each step paying as before.
         let run = |cpu_idle: f64| {
-            let mut c = Climber::default();
-            let mut limit = 10;
-            for _ in 0..60 {
-                let s =
-                    Signals { running: limit as f64 - 2.0, cpu_idle, ..full(limit, 170, 100.0 * limit.min(80) as f64) };
-                if let Some((n, _)) = c.next_limit(s) {
-                    limit = n;
-                }
-            }
-            limit
+            settle_at(10, 60, |limit| Signals {
+                running: limit as f64 - 2.0,
+                cpu_idle,
+                ..full(limit, 170, 100.0 * limit.min(80) as f64)
+            })
         };
         let with_room = run(0.2);
         assert!((64..=120).contains(&with_room), "limit {with_room}");
@@ -452,21 +460,10 @@ mod tests {
         // with the limit up to 80. With a fifth of the CPUs idle it climbs;
         // over full CPUs it comes down to the floor, as before.
         let run = |cpu_idle: f64| {
-            let mut c = Climber::default();
-            let mut limit = 24;
-            for _ in 0..60 {
+            settle_at(24, 60, |limit| {
                 let part = limit as f64 / 3.0;
-                let s = Signals {
-                    running: part,
-                    working: part,
-                    cpu_idle,
-                    ..full(limit, 170, 100.0 * limit.min(80) as f64)
-                };
-                if let Some((n, _)) = c.next_limit(s) {
-                    limit = n;
-                }
-            }
-            limit
+                Signals { running: part, working: part, cpu_idle, ..full(limit, 170, 100.0 * limit.min(80) as f64) }
+            })
         };
         let with_room = run(0.2);
         assert!((64..=120).contains(&with_room), "limit {with_room}");
@@ -480,16 +477,7 @@ mod tests {
     #[test]
     fn with_idle_cpus_a_step_that_costs_is_still_taken_back() {
         // CPU-bound past 10, with CPUs that look idle (iowait, say).
-        let mut c = Climber::default();
-        let mut limit = 8;
-        let mut trail = vec![];
-        for _ in 0..200 {
-            let s = Signals { cpu_idle: 0.3, ..full(limit, 500, cpu_bound(limit)) };
-            if let Some((n, _)) = c.next_limit(s) {
-                limit = n;
-            }
-            trail.push(limit);
-        }
+        let trail = drive(8, 200, |limit| Signals { cpu_idle: 0.3, ..full(limit, 500, cpu_bound(limit)) });
         assert!(trail.iter().all(|&l| l <= 16), "{trail:?}");
     }
 
@@ -537,14 +525,10 @@ mod tests {
         // A quarter of the places wait on row locks (behind commits in
         // their flush), the rest work, and throughput rises with the limit:
         // it grows. With more than half of them waiting it would not.
-        let mut c = Climber::default();
-        let mut limit = B.floor;
-        for _ in 0..40 {
-            let s = Signals { working: 0.75 * limit as f64, ..full(limit, 50, 100.0 * limit as f64) };
-            if let Some((n, _)) = c.next_limit(s) {
-                limit = n;
-            }
-        }
+        let limit = settle_at(B.floor, 40, |limit| Signals {
+            working: 0.75 * limit as f64,
+            ..full(limit, 50, 100.0 * limit as f64)
+        });
         assert!(limit >= 4 * B.floor, "only {limit}");
         let mut c = Climber::default();
         for _ in 0..40 {
@@ -598,14 +582,11 @@ mod tests {
     #[test]
     fn wait_bound_work_still_grows_past_the_cpu_cap() {
         // Holders that sleep do not compute: growth goes on past 2 x floor.
-        let mut c = Climber::default();
-        let mut limit = B.floor;
-        for k in 0..60 {
-            let s = Signals { computing: 1.0 + (k % 2) as f64, ..full(limit, 500, 100.0 * limit as f64) };
-            if let Some((n, _)) = c.next_limit(s) {
-                limit = n;
-            }
-        }
+        let mut k = 0;
+        let limit = settle_at(B.floor, 60, |limit| {
+            k += 1;
+            Signals { computing: 1.0 + ((k - 1) % 2) as f64, ..full(limit, 500, 100.0 * limit as f64) }
+        });
         assert!(limit as f64 > cpu_cap(B), "only {limit}");
     }
 
