@@ -256,7 +256,7 @@ impl Climber {
         // for it is a place the limit may give up.
         let room = s.cpu_idle >= IDLE_ROOM;
         let pile_up = if room { s.working < s.running / 2.0 } else { s.working < limit as f64 / 2.0 };
-        let filled = room || (s.running >= limit as f64 - margin(limit) && s.working >= limit as f64 / 2.0);
+        let filled = room || s.running >= limit as f64 - margin(limit);
         let used = filled && !pile_up && s.computing < floor as f64;
         if pile_up && limit > floor {
             // Most places are held by sessions waiting on locks (or, over
