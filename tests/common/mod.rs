@@ -59,14 +59,19 @@ fn port_is_free(port: u16) -> bool {
 }
 
 /// Poll `cond` every 20 ms until it holds; panic with `desc` after `timeout`.
-pub fn wait_until(desc: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+pub fn wait_until(desc: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    wait_until_or(desc, timeout, cond, String::new);
+}
+
+/// [`wait_until`], with `diagnose()` added to the panic message.
+pub fn wait_until_or(desc: &str, timeout: Duration, mut cond: impl FnMut() -> bool, diagnose: impl FnOnce() -> String) {
     let start = Instant::now();
     loop {
         if cond() {
             return;
         }
         if start.elapsed() > timeout {
-            panic!("timed out after {timeout:?} waiting until {desc}");
+            panic!("timed out after {timeout:?} waiting until {desc}{}", diagnose());
         }
         std::thread::sleep(POLL);
     }
@@ -367,15 +372,19 @@ impl Cluster {
 
     /// Wait up to `timeout` until `gatekeeper.status` satisfies `cond`.
     pub fn wait_status_for(&self, desc: &str, timeout: Duration, cond: impl Fn(&Status) -> bool) -> Status {
-        let start = Instant::now();
-        loop {
-            let s = self.status();
-            if cond(&s) {
-                return s;
-            }
-            if start.elapsed() > timeout {
-                // What the gate looked like, and how it got there: a timing
-                // failure on a loaded machine is read from this alone.
+        let last = std::cell::RefCell::new(None);
+        wait_until_or(
+            desc,
+            timeout,
+            || {
+                let s = self.status();
+                let ok = cond(&s);
+                *last.borrow_mut() = Some(s);
+                ok
+            },
+            // What the gate looked like, and how it got there: a timing
+            // failure on a loaded machine is read from this alone.
+            || {
                 let history: Vec<String> = self
                     .admin_query(
                         "SELECT to_char(sample_time, 'HH24:MI:SS.MS') || ' limit ' || max_active || ' ' || limit_reason
@@ -387,14 +396,11 @@ impl Cluster {
                     .iter()
                     .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
                     .collect();
-                panic!(
-                    "timed out after {timeout:?} waiting until {desc}\nlast gatekeeper.status: {}\nhistory:\n  {}",
-                    s.0,
-                    history.join("\n  ")
-                );
-            }
-            std::thread::sleep(POLL);
-        }
+                let status = last.borrow().as_ref().map(|s| s.0.to_string()).unwrap_or_default();
+                format!("\nlast gatekeeper.status: {status}\nhistory:\n  {}", history.join("\n  "))
+            },
+        );
+        last.into_inner().unwrap()
     }
 
     /// The invariant at a quiet moment (docs/DESIGN.md §8): nothing admitted, nothing
