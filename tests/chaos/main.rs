@@ -33,7 +33,8 @@
 //!   max_queued (rejections, 53400), sample_interval, stall_timeout, and
 //!   the `app_to` queue timeout, each followed by `pg_reload_conf()`; it
 //!   also terminates the worker now and then (it must come back) and reads
-//!   the views as a member of pg_monitor (never made to wait).
+//!   the views as a member of pg_monitor (never admitted nor parked, by the
+//!   server's own account of that session).
 //! - a monitor: samples `gatekeeper.status` every 50 ms and checks the
 //!   invariants that hold at every instant (no free ticket while someone is
 //!   queued; tickets within [max_active, ceiling]; no wait over 60 s), and
