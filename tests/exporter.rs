@@ -98,11 +98,23 @@ fn the_exporter_reports_what_the_views_say() {
         ("pg_gatekeeper_waited_total", "waited_total"),
         ("pg_gatekeeper_rejected_total", "rejected_total"),
         ("pg_gatekeeper_stalls_total", "stalls_total"),
+        ("pg_gatekeeper_limit_min", "limit_min"),
+        ("pg_gatekeeper_limit_max", "limit_max"),
+        ("pg_gatekeeper_lend_cap", "lend_cap"),
+        ("pg_gatekeeper_ticket_ceiling", "ticket_ceiling"),
+        ("pg_gatekeeper_effective_cpus", "effective_cpus"),
+        ("pg_gatekeeper_total_sessions", "total_sessions"),
     ] {
         assert_eq!(get(metric, ""), s.int(column) as f64, "{metric} against gatekeeper.status.{column}");
     }
     assert_eq!(get("pg_gatekeeper_queued", ""), 1.0);
     assert!(get("pg_gatekeeper_oldest_wait_seconds", "") > 0.0);
+    assert!((0.0..=1.0).contains(&get("pg_gatekeeper_cpu_idle", "")));
+    // The limit's reason and source are labels; the value is when it changed.
+    let changed = get("pg_gatekeeper_limit_changed_seconds", "reason=\"manual\"");
+    assert_eq!(get("pg_gatekeeper_limit_changed_seconds", "source=\"manual\""), changed);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(changed > now - 600.0 && changed <= now + 1.0, "limit changed at {changed}, now {now}");
     // Types, as Prometheus expects them.
     for (name, kind) in [
         ("pg_gatekeeper_queued", "gauge"),
