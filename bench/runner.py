@@ -37,6 +37,8 @@ CSV_FIELDS = [
     "tool", "ps_mode", "p95_latency_ms", "ignored_errors", "reconnects",
     # holders relieved by the stall check during the run (older CSVs lack it)
     "gk_stalls",
+    # the part of cpu_idle_pct that was iowait (older CSVs lack it)
+    "cpu_iowait_pct",
 ]
 
 
@@ -255,6 +257,7 @@ class Runner:
         ticks = (m1[0] - m0[0]) + (m1[1] - m0[1])
         if ticks > 0:
             row["cpu_idle_pct"] = round((m1[1] - m0[1]) / ticks * 100, 1)
+            row["cpu_iowait_pct"] = round((m1[3] - m0[3]) / ticks * 100, 1)
         if m0[2] is not None and m1[2] is not None:
             row["cpu_pressure_some_pct"] = round((m1[2] - m0[2]) / 1e6 / wall * 100, 1)
         if w0 is not None and w1 is not None:

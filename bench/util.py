@@ -54,8 +54,9 @@ def run(cmd, check=True, capture=True, timeout=None, **kw):
 
 def machine_cpu():
     """(busy, idle) ticks of the whole machine from /proc/stat (idle includes
-    iowait), and the CPU pressure stall total ("some", microseconds) from
-    /proc/pressure/cpu, or None where the kernel has no PSI."""
+    iowait), the CPU pressure stall total ("some", microseconds) from
+    /proc/pressure/cpu, or None where the kernel has no PSI, and the iowait
+    ticks (part of idle)."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     busy, idle = v[0] + v[1] + v[2] + sum(v[5:8]), v[3] + v[4]
@@ -67,7 +68,7 @@ def machine_cpu():
                     some = int(line.split("total=")[1])
     except (OSError, ValueError, IndexError):
         pass
-    return busy, idle, some
+    return busy, idle, some, v[4]
 
 
 def proc_cpu_ns(pid):

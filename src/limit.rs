@@ -109,16 +109,19 @@ const CPU_WINDOW_US: i64 = 200_000;
 /// the cgroup's usage against its quota when that is tighter.
 pub struct CpuMeter {
     source: CpuSource,
-    /// When the window started, and the counters then: `(busy, idle)` ticks,
-    /// or `(used µs, 0)` for a quota.
-    last: Option<(i64, (u64, u64))>,
+    /// When the window started, and the counters then: `(busy, idle,
+    /// iowait)` ticks, or `(used µs, 0, 0)` for a quota.
+    last: Option<(i64, (u64, u64, u64))>,
     /// The last window's idle fraction; 1.0 until first measured.
     pub idle: f64,
+    /// The part of `idle` that was iowait (0 under a quota, which does not
+    /// tell).
+    pub iowait: f64,
 }
 
 impl CpuMeter {
     pub fn new() -> CpuMeter {
-        CpuMeter { source: cpu_budget().1, last: None, idle: 1.0 }
+        CpuMeter { source: cpu_budget().1, last: None, idle: 1.0, iowait: 0.0 }
     }
 
     /// Read from `source` from now on (the affinity or a quota changed).
@@ -129,13 +132,13 @@ impl CpuMeter {
         }
     }
 
-    fn read(&self) -> Option<(u64, u64)> {
+    fn read(&self) -> Option<(u64, u64, u64)> {
         match &self.source {
             CpuSource::Cpus(ids) => {
                 fs::read_to_string("/proc/stat").ok().and_then(|s| cpus::parse_proc_stat_cpus(&s, ids))
             }
             CpuSource::Quota(file, _) => {
-                fs::read_to_string(file).ok().and_then(|s| cpus::parse_cgroup_usage_us(&s)).map(|u| (u, 0))
+                fs::read_to_string(file).ok().and_then(|s| cpus::parse_cgroup_usage_us(&s)).map(|u| (u, 0, 0))
             }
         }
     }
@@ -151,11 +154,14 @@ impl CpuMeter {
         let Some(cur) = self.read() else { return };
         let measured = ended.zip(before).and_then(|(us, prev)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
-            CpuSource::Quota(_, q) => cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q),
+            CpuSource::Quota(_, q) => {
+                cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q).map(|f| (f, 0.0))
+            }
         });
         self.last = Some((now, cur));
-        if let Some(f) = measured {
-            self.idle = f;
+        if let Some((idle, iowait)) = measured {
+            self.idle = idle;
+            self.iowait = iowait;
         }
     }
 }

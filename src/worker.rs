@@ -66,6 +66,8 @@ struct Adapt {
     /// The CPUs' idle share summed over this window's samples, and their
     /// number.
     idle: (f64, u32),
+    /// The same, iowait left out.
+    spare: f64,
     /// When the window began, and the admissions and ended transactions
     /// (admissions less holders) then.
     window: Option<(i64, u64, u64)>,
@@ -181,7 +183,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             cpu.tick(now);
-            sample_and_steer(now, cpu.idle, &mut adapt, &mut demand, &mut live)
+            sample_and_steer(now, (cpu.idle, cpu.iowait), &mut adapt, &mut demand, &mut live)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -226,7 +228,7 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// new statement, is not stalled any more and counts again.
 fn sample_and_steer(
     now: i64,
-    cpu_idle: f64,
+    (cpu_idle, cpu_iowait): (f64, f64),
     adapt: &mut Adapt,
     demand: &mut controller::DemandWindow,
     live: &mut liveness::Liveness,
@@ -339,18 +341,22 @@ fn sample_and_steer(
         );
         let lend_on = gucs::lend_by_throughput();
         adapt.idle = (adapt.idle.0 + cpu_idle, adapt.idle.1 + 1);
+        adapt.spare += (cpu_idle - cpu_iowait).max(0.0);
         // Only an automatic limit adapts; a manual one has equal bounds.
         // The limit and the lending cap are judged on the same windows, so
         // one moves at a time: the cap only while the limit holds.
         if let Some(tput) = adapt.tput(now, h.counters.admitted, h.holders) {
             let pressed = std::mem::take(&mut adapt.pressed);
             let (idle_sum, samples) = std::mem::take(&mut adapt.idle);
+            let spare_sum = std::mem::take(&mut adapt.spare);
+            let avg_of = |sum: f64, now: f64| if samples > 0 { sum / samples as f64 } else { now };
             let lend_signals = lending::Signals {
                 limit: h.limit,
                 ceiling: l.status.ceiling,
                 tickets: h.tickets,
                 pressed,
                 tput: tput.ended,
+                cpu_spare: avg_of(spare_sum, (cpu_idle - cpu_iowait).max(0.0)),
             };
             let tput = tput.admitted;
             let signals = adaptive::Signals {
@@ -360,7 +366,7 @@ fn sample_and_steer(
                 running: if avg.is_finite() { avg } else { running as f64 },
                 working: if working_avg.is_finite() { working_avg } else { working as f64 },
                 tput,
-                cpu_idle: if samples > 0 { idle_sum / samples as f64 } else { cpu_idle },
+                cpu_idle: avg_of(idle_sum, cpu_idle),
                 computing: l.status.computing_avg,
             };
             let lend_turn = lend_on && adapt.lend.probing();

@@ -106,38 +106,39 @@ pub fn effective_cpus(affinity: usize, quotas: &[f64]) -> f64 {
     cpus
 }
 
-/// `(busy, idle)` ticks from the counters of one `/proc/stat` CPU line (the
-/// fields after its name); idle includes iowait.
-fn busy_idle(fields: std::str::SplitWhitespace) -> Option<(u64, u64)> {
+/// `(busy, idle, iowait)` ticks from the counters of one `/proc/stat` CPU
+/// line (the fields after its name); idle includes iowait.
+fn busy_idle(fields: std::str::SplitWhitespace) -> Option<(u64, u64, u64)> {
     let v: Vec<u64> = fields.map(|x| x.parse().ok()).collect::<Option<_>>()?;
     if v.len() < 4 {
         return None;
     }
     // user nice system idle iowait irq softirq steal (guest is within user).
-    let idle = v[3] + v.get(4).copied().unwrap_or(0);
+    let iowait = v.get(4).copied().unwrap_or(0);
     let busy = v[0] + v[1] + v[2] + v.iter().skip(5).take(3).sum::<u64>();
-    Some((busy, idle))
+    Some((busy, v[3] + iowait, iowait))
 }
 
-/// CPU time counters of `/proc/stat` in ticks, `(busy, idle)` with idle
-/// including iowait, summed over the CPUs in `ids` (the `cpuN` lines), so
-/// that a server pinned to some CPUs measures those alone. `None` if a CPU
-/// of `ids` has no line, or a line is malformed.
-pub fn parse_proc_stat_cpus(s: &str, ids: &[usize]) -> Option<(u64, u64)> {
-    let (mut busy, mut idle, mut found) = (0, 0, 0);
+/// CPU time counters of `/proc/stat` in ticks, `(busy, idle, iowait)` with
+/// idle including iowait, summed over the CPUs in `ids` (the `cpuN` lines),
+/// so that a server pinned to some CPUs measures those alone. `None` if a
+/// CPU of `ids` has no line, or a line is malformed.
+pub fn parse_proc_stat_cpus(s: &str, ids: &[usize]) -> Option<(u64, u64, u64)> {
+    let (mut busy, mut idle, mut iowait, mut found) = (0, 0, 0, 0);
     for line in s.lines() {
         let mut it = line.split_whitespace();
         let Some(n) = it.next().and_then(|name| name.strip_prefix("cpu")).and_then(|n| n.parse::<usize>().ok()) else {
             continue;
         };
         if ids.contains(&n) {
-            let (b, i) = busy_idle(it)?;
+            let (b, i, w) = busy_idle(it)?;
             busy += b;
             idle += i;
+            iowait += w;
             found += 1;
         }
     }
-    (found == ids.len() && found > 0).then_some((busy, idle))
+    (found == ids.len() && found > 0).then_some((busy, idle, iowait))
 }
 
 /// CPU time used by a cgroup, in microseconds: `usage_usec` of a v2
@@ -152,12 +153,14 @@ pub fn quota_idle_fraction(used_us: u64, wall_us: u64, cpus: f64) -> Option<f64>
     (wall_us > 0 && cpus > 0.0).then(|| (1.0 - used_us as f64 / (wall_us as f64 * cpus)).clamp(0.0, 1.0))
 }
 
-/// Idle fraction between two `/proc/stat` readings; `None` if no time passed.
-pub fn idle_fraction(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+/// Idle fraction between two `/proc/stat` readings, and the share of it
+/// that was iowait (both of all the time); `None` if no time passed.
+pub fn idle_fraction(before: (u64, u64, u64), after: (u64, u64, u64)) -> Option<(f64, f64)> {
     let busy = after.0.saturating_sub(before.0);
     let idle = after.1.saturating_sub(before.1);
+    let iowait = after.2.saturating_sub(before.2).min(idle);
     let total = busy + idle;
-    (total > 0).then(|| idle as f64 / total as f64)
+    (total > 0).then(|| (idle as f64 / total as f64, iowait as f64 / total as f64))
 }
 
 /// The automatic limit: `ceil(effective_cpus × per_cpu)`, at least 1.
@@ -234,10 +237,10 @@ mod tests {
     #[test]
     fn proc_stat_idle_fraction() {
         let a = parse_proc_stat_cpus("cpu  1 2 3 4\ncpu0 100 0 50 800 50 0 0 0 0 0\n", &[0]).unwrap();
-        assert_eq!(a, (150, 850));
-        let b = parse_proc_stat_cpus("cpu0 160 0 70 820 50 0 10 0 0 0\n", &[0]).unwrap();
-        assert_eq!(b, (240, 870));
-        assert_eq!(idle_fraction(a, b), Some(20.0 / 110.0));
+        assert_eq!(a, (150, 850, 50));
+        let b = parse_proc_stat_cpus("cpu0 160 0 70 820 56 0 10 0 0 0\n", &[0]).unwrap();
+        assert_eq!(b, (240, 876, 56));
+        assert_eq!(idle_fraction(a, b), Some((26.0 / 116.0, 6.0 / 116.0)));
         assert_eq!(idle_fraction(a, a), None);
         assert_eq!(parse_proc_stat_cpus("intr 1 2 3", &[0]), None);
         assert_eq!(parse_proc_stat_cpus("cpu0 1 2", &[0]), None, "too few fields");
@@ -247,9 +250,9 @@ mod tests {
     #[test]
     fn per_cpu_counters_over_the_affinity_set() {
         let stat = "cpu  300 0 0 700 0\ncpu0 100 0 0 400 0\ncpu1 200 0 0 300 0 0 0 0\ncpu10 5 0 0 5 0\nintr 1\n";
-        assert_eq!(parse_proc_stat_cpus(stat, &[1]), Some((200, 300)));
-        assert_eq!(parse_proc_stat_cpus(stat, &[0, 1]), Some((300, 700)));
-        assert_eq!(parse_proc_stat_cpus(stat, &[10]), Some((5, 5)), "cpu10 is not cpu1");
+        assert_eq!(parse_proc_stat_cpus(stat, &[1]), Some((200, 300, 0)));
+        assert_eq!(parse_proc_stat_cpus(stat, &[0, 1]), Some((300, 700, 0)));
+        assert_eq!(parse_proc_stat_cpus(stat, &[10]), Some((5, 5, 0)), "cpu10 is not cpu1");
         assert_eq!(parse_proc_stat_cpus(stat, &[2]), None, "no such CPU");
         assert_eq!(parse_proc_stat_cpus(stat, &[]), None);
         assert_eq!(parse_cpu_ids("0-2,5"), Some(vec![0, 1, 2, 5]));
