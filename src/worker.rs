@@ -341,7 +341,8 @@ fn sample_and_steer(
         );
         let lend_on = gucs::lend_by_throughput();
         adapt.idle = (adapt.idle.0 + cpu_idle, adapt.idle.1 + 1);
-        adapt.spare += (cpu_idle - cpu_iowait).max(0.0);
+        let cpu_spare = (cpu_idle - cpu_iowait).max(0.0);
+        adapt.spare += cpu_spare;
         // Only an automatic limit adapts; a manual one has equal bounds.
         // The limit and the lending cap are judged on the same windows, so
         // one moves at a time: the cap only while the limit holds.
@@ -356,7 +357,7 @@ fn sample_and_steer(
                 tickets: h.tickets,
                 pressed,
                 tput: tput.ended,
-                cpu_spare: avg_of(spare_sum, (cpu_idle - cpu_iowait).max(0.0)),
+                cpu_spare: avg_of(spare_sum, cpu_spare),
             };
             let tput = tput.admitted;
             let signals = adaptive::Signals {

@@ -80,13 +80,24 @@ pub struct Signals {
 }
 
 /// The cap and the probe in progress, kept by the worker between windows.
+///
+/// The cap is kept as the places it lends beyond the limit, so that it
+/// moves with the limit: a step of the adaptive limit admits that many
+/// more (or fewer) running holders whatever the cap. Kept as a number of
+/// tickets instead, a cap that bound made each step up of the limit admit
+/// nobody: the step could not pay and was taken back, and the wait-bound
+/// workload's limit stood at 31-43 where, lending every place, it climbed
+/// to 61-135 (bench/results/wait-spare2-20261127/); kept relative, it
+/// reached 44-72 in two rounds of three (bench/results/wait-relcap-20261127/).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LendClimber {
-    /// The cap; 0 until the first window (then the limit).
-    cap: u32,
+    /// Places lent beyond the limit at most: the cap is the limit plus
+    /// this (0 until lending has paid).
+    extra: u32,
     /// +1 while stepping up, -1 while stepping down, 0 between probes.
     dir: i8,
-    from_cap: u32,
+    /// [`LendClimber::extra`] before the step under way.
+    from_extra: u32,
     from_tput: f64,
     /// The CPUs were spare when the step under way was taken.
     from_spare: bool,
@@ -100,7 +111,7 @@ pub struct LendClimber {
 impl LendClimber {
     /// The ceiling for tickets now: the cap, within `[limit, ceiling]`.
     pub fn cap(&self, limit: u32, ceiling: u32) -> u32 {
-        within(self.cap, limit, ceiling)
+        within(limit.saturating_add(self.extra), limit, ceiling)
     }
 
     /// A probe is under way: its step is judged at the next window.
@@ -120,12 +131,15 @@ impl LendClimber {
         // Lending the controller no longer uses is not kept: the cap follows
         // the tickets down, so that a probe down starts where lending is.
         let cap = if s.pressed { was } else { was.min(s.tickets.max(s.limit)) };
-        self.cap = cap;
-        let moved = |c: u32| (c != was).then_some(c);
+        self.extra = cap - s.limit;
+        let moved = |c: &Self| {
+            let c = c.cap(s.limit, ceiling);
+            (c != was).then_some(c)
+        };
         if !s.tput.is_finite() {
             self.dir = 0;
             self.streak = 0;
-            return moved(cap);
+            return moved(self);
         }
         let spare = s.cpu_spare >= SPARE_ROOM;
         match self.dir {
@@ -139,19 +153,19 @@ impl LendClimber {
                     (s.tput >= self.base_tput * (1.0 - GAIN_DOWN) && !spare, cap > s.limit && !spare)
                 };
                 if !kept {
-                    self.cap = self.from_cap;
+                    self.extra = self.from_extra;
                 } else if room {
                     self.streak += 1;
                     self.step(cap, s.tput, dir, s.limit, ceiling, spare);
-                    return moved(self.cap);
+                    return moved(self);
                 }
                 self.settle();
-                moved(self.cap)
+                moved(self)
             }
             _ => {
                 if self.hold > 0 {
                     self.hold -= 1;
-                    return moved(cap);
+                    return moved(self);
                 }
                 let up = s.pressed && cap < ceiling;
                 let down = cap > s.limit && !spare;
@@ -161,7 +175,7 @@ impl LendClimber {
                     self.base_tput = s.tput;
                     self.step(cap, s.tput, if go_down { -1 } else { 1 }, s.limit, ceiling, spare);
                 }
-                moved(self.cap)
+                moved(self)
             }
         }
     }
@@ -169,9 +183,10 @@ impl LendClimber {
     /// Take a step from `cap` in direction `dir`, judged next window.
     fn step(&mut self, cap: u32, tput: f64, dir: i8, limit: u32, ceiling: u32, spare: bool) {
         let step = if dir > 0 { cap } else { (cap / 8).max(1).saturating_mul(1 << self.streak.min(MAX_DOUBLINGS)) };
-        self.cap = if dir > 0 { cap.saturating_add(step).min(ceiling) } else { cap.saturating_sub(step).max(limit) };
+        let to = if dir > 0 { cap.saturating_add(step).min(ceiling) } else { cap.saturating_sub(step).max(limit) };
+        self.extra = to - limit;
         self.dir = dir;
-        self.from_cap = cap;
+        self.from_extra = cap - limit;
         self.from_tput = tput;
         self.from_spare = spare;
     }
@@ -331,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_step_that_costs_is_taken_back() {
-        let mut c = LendClimber { cap: 64, ..LendClimber::default() };
+        let mut c = LendClimber { extra: 56, ..LendClimber::default() };
         // Tickets at 64, lending in use; the first probe goes down (no one
         // presses for more) and costs a fifth.
         assert_eq!(
@@ -349,6 +364,33 @@ mod tests {
                 None
             );
         }
+    }
+
+    #[test]
+    fn a_step_of_the_limit_moves_the_cap_with_it() {
+        // Lending pays at a limit of 8: the cap climbs to lend 16 or more.
+        let mut c = LendClimber::default();
+        for _ in 0..20 {
+            let cap = c.cap(8, 1000);
+            c.next(Signals {
+                limit: 8,
+                ceiling: 1000,
+                tickets: cap,
+                pressed: true,
+                tput: cap.min(24) as f64 * 10.0,
+                cpu_spare: 0.0,
+            });
+        }
+        let cap = c.cap(8, 1000);
+        assert!(cap >= 24, "{c:?}");
+        // The adaptive limit steps up by 4 and back down: the cap follows,
+        // so the step admits 4 more running holders even while the cap
+        // binds, and taking it back lends no more than before.
+        assert_eq!(c.cap(12, 1000), cap + 4);
+        assert_eq!(c.cap(8, 1000), cap);
+        // Never past the ceiling, never below the limit.
+        assert_eq!(c.cap(12, cap), cap);
+        assert_eq!(c.cap(2000, 1000), 2000);
     }
 
     #[test]
