@@ -22,7 +22,9 @@ pgbench options after `--` replace the default workload (TPC-B), e.g.
 With --perf FILE it also records a system-wide call-graph profile over the
 same window (`perf record -a -g`) and writes its summary to FILE: the share
 of all samples per command and library, and the top symbols of the
-postgres processes and of pg_gatekeeper.so.
+postgres processes and of pg_gatekeeper.so; and FILE.syms.tsv, the CPU µs
+per commit by command, library and symbol, which bench/perf_diff.py
+compares between two profiles.
 """
 
 import argparse
@@ -33,6 +35,8 @@ import sys
 import time
 
 STAT_NAMES = "user nice system idle iowait irq softirq steal".split()
+# perf record sampling frequency (per CPU).
+PERF_HZ = 499
 
 
 def snapshot():
@@ -92,7 +96,7 @@ def main(argv):
     s0, m0, n0, t0 = snapshot(), machine_cpu(), commits(a), time.time()
     if a.perf:
         # perf's own CPU time lands in the window too; it shows as "perf".
-        subprocess.run(["perf", "record", "-a", "-g", "-F", "499", "-o", a.perf + ".data", "--",
+        subprocess.run(["perf", "record", "-a", "-g", "-F", str(PERF_HZ), "-o", a.perf + ".data", "--",
                         "sleep", str(a.window)], capture_output=True, check=True)
     else:
         time.sleep(a.window)
@@ -125,10 +129,29 @@ def main(argv):
         print("%-22s %6d %7.2f   %22.0f %7.1f %6.2f %6.2f" % (
             comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
     if a.perf:
-        perf_summary(a.perf, " ".join(cmd[1:]), (n1 - n0) / wall)
+        perf_summary(a.perf, " ".join(cmd[1:]), (n1 - n0) / wall, n)
 
 
-def perf_summary(path, command, tps):
+def per_commit_table(path, commits):
+    """CPU µs per commit by command and symbol (self time): each sample
+    stands for 1/PERF_HZ s of one CPU. Written as path.syms.tsv, which
+    bench/perf_diff.py compares between two profiles."""
+    r = subprocess.run(["perf", "report", "-i", path + ".data", "--no-children", "--stdio", "-g", "none",
+                        "-n", "--sort", "comm,dso,symbol", "--field-separator", "\t"],
+                       capture_output=True, text=True, check=True)
+    rows = []
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if line.startswith("#") or len(f) < 5:
+            continue
+        rows.append((f[2].strip(), f[3].strip(), f[4].strip(), int(f[1]) * 1e6 / PERF_HZ / commits))
+    with open(path + ".syms.tsv", "w") as out:
+        out.write("comm\tdso\tsymbol\tus_per_commit\n")
+        for comm, dso, sym, us in sorted(rows, key=lambda x: -x[3]):
+            out.write("%s\t%s\t%s\t%.2f\n" % (comm, dso, sym, us))
+
+
+def perf_summary(path, command, tps, commits):
     """Write the profile's summary next to its data file, and print its head."""
     def report(*args, limit="0.3"):
         r = subprocess.run(["perf", "report", "-i", path + ".data", "--no-children", "--stdio", "-g", "none",
@@ -147,6 +170,7 @@ def perf_summary(path, command, tps):
     ]
     with open(path, "w") as f:
         f.write("\n".join(parts) + "\n")
+    per_commit_table(path, commits)
     os.unlink(path + ".data")
     print("\n".join(parts[1:3]))
 
