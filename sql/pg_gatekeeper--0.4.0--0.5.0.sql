@@ -2,8 +2,9 @@
 -- view gatekeeper.shapes and its function, route_shape(), unroute_shape()
 -- and reset_shapes() (revoked from PUBLIC, as reset() is); the view
 -- gatekeeper.status gains two last columns, lend_cap and lend_probe, from a
--- new function lending_state() that it joins. Nothing else existing
--- changes; the class long appears in gatekeeper.classes because the
+-- new function lending_state() that it joins; status(), limit_state() and
+-- lending_state() are declared to return one row (ROWS 1), so that the
+-- view is not JIT-compiled. Nothing else existing changes; the class long appears in gatekeeper.classes because the
 -- library defines it, not because of this script.
 \echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.5.0'" to load this file. \quit
 
@@ -62,6 +63,13 @@ CREATE FUNCTION gatekeeper."lending_state"() RETURNS TABLE (
 STRICT PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'lending_state_wrapper';
+
+-- Each returns one row: at the default estimate of 1000 rows a function,
+-- the view's cross join of three is costed past jit_above_cost, and every
+-- read of it would be JIT-compiled (140-260 ms of CPU).
+ALTER FUNCTION gatekeeper.status() ROWS 1;
+ALTER FUNCTION gatekeeper.limit_state() ROWS 1;
+ALTER FUNCTION gatekeeper.lending_state() ROWS 1;
 
 -- New columns at the end: the view keeps its grants and what depends on it.
 CREATE OR REPLACE VIEW gatekeeper.status AS
