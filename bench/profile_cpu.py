@@ -133,7 +133,7 @@ def main(argv):
 
 
 def per_commit_table(path, commits):
-    """CPU µs per commit by command and symbol (self time): each sample
+    """CPU µs per commit by command, library and symbol (self time): each sample
     stands for 1/PERF_HZ s of one CPU. Written as path.syms.tsv, which
     bench/perf_diff.py compares between two profiles."""
     r = subprocess.run(["perf", "report", "-i", path + ".data", "--no-children", "--stdio", "-g", "none",

@@ -4,8 +4,9 @@
 -- gatekeeper.status gains two last columns, lend_cap and lend_probe, from a
 -- new function lending_state() that it joins; status(), limit_state() and
 -- lending_state() are declared to return one row (ROWS 1), so that the
--- view is not JIT-compiled. Nothing else existing changes; the class long appears in gatekeeper.classes because the
--- library defines it, not because of this script.
+-- view is not JIT-compiled. Nothing else existing changes; the class long
+-- appears in gatekeeper.classes because the library defines it, not
+-- because of this script.
 \echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.5.0'" to load this file. \quit
 
 CREATE FUNCTION gatekeeper."shapes"() RETURNS TABLE (
