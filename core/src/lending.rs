@@ -242,6 +242,16 @@ mod tests {
         caps
     }
 
+    /// Drive `c` for `windows` windows with sessions pressing for more
+    /// tickets than the cap and every ticket in use, no spare CPUs:
+    /// `tput(cap)` is the throughput at that cap.
+    fn press(c: &mut LendClimber, limit: u32, ceiling: u32, windows: usize, tput: impl Fn(u32) -> f64) {
+        for _ in 0..windows {
+            let cap = c.cap(limit, ceiling);
+            c.next(Signals { limit, ceiling, tickets: cap, pressed: true, tput: tput(cap), cpu_spare: 0.0 });
+        }
+    }
+
     #[test]
     fn starts_at_the_limit_and_lends_nothing_until_it_pays() {
         let c = LendClimber::default();
@@ -282,17 +292,7 @@ mod tests {
     fn lending_that_stopped_paying_comes_back_down() {
         let mut c = LendClimber::default();
         // Slow clients first: the cap climbs high.
-        for _ in 0..40 {
-            let cap = c.cap(8, 2000);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 2000,
-                tickets: cap,
-                pressed: true,
-                tput: cap.min(600) as f64,
-                cpu_spare: 0.0,
-            });
-        }
+        press(&mut c, 8, 2000, 40, |cap| cap.min(600) as f64);
         assert!(c.cap(8, 2000) >= 400, "{c:?}");
         // Then the CPUs fill: throughput flat at any cap. Nobody has to be
         // queued for the cap to come down: it starts from the tickets.
@@ -370,17 +370,7 @@ mod tests {
     fn a_step_of_the_limit_moves_the_cap_with_it() {
         // Lending pays at a limit of 8: the cap climbs to lend 16 or more.
         let mut c = LendClimber::default();
-        for _ in 0..20 {
-            let cap = c.cap(8, 1000);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 1000,
-                tickets: cap,
-                pressed: true,
-                tput: cap.min(24) as f64 * 10.0,
-                cpu_spare: 0.0,
-            });
-        }
+        press(&mut c, 8, 1000, 20, |cap| cap.min(24) as f64 * 10.0);
         let cap = c.cap(8, 1000);
         assert!(cap >= 24, "{c:?}");
         // The adaptive limit steps up by 4 and back down: the cap follows,
@@ -398,15 +388,7 @@ mod tests {
         let mut c = LendClimber::default();
         let mut top = 0;
         for _ in 0..100 {
-            let cap = c.cap(8, 40);
-            c.next(Signals {
-                limit: 8,
-                ceiling: 40,
-                tickets: cap,
-                pressed: true,
-                tput: cap as f64 * 100.0,
-                cpu_spare: 0.0,
-            });
+            press(&mut c, 8, 40, 1, |cap| cap as f64 * 100.0);
             assert!((8..=40).contains(&c.cap(8, 40)));
             top = top.max(c.cap(8, 40));
         }
