@@ -73,27 +73,20 @@ struct Adapt {
     window: Option<(i64, u64, u64)>,
 }
 
-/// Throughput over one window, per second.
-struct Tput {
-    admitted: f64,
-    ended: f64,
-}
-
 impl Adapt {
-    /// At the end of each window, the admissions and the transactions ended
-    /// per second over it (`controller::window`: a window that ran long
-    /// starts afresh).
-    fn tput(&mut self, now: i64, admitted: u64, holders: u32) -> Option<Tput> {
+    /// At the end of each window, the transactions ended per second over it
+    /// (`controller::window`: a window that ran long starts afresh).
+    fn tput(&mut self, now: i64, admitted: u64, holders: u32) -> Option<f64> {
         let ended = admitted.saturating_sub(holders as u64);
         let start = self.window.map(|w| w.0);
         let tput = match controller::window(start, now, adaptive::WINDOW_US) {
             Window::Open => return None,
             // Counters that went back were reset (`gatekeeper.reset()`): the
             // window measured nothing.
-            Window::Ended(us) => self.window.filter(|&(_, a, e)| admitted >= a && ended >= e).map(|(_, a, e)| {
-                let per_s = |now: u64, then: u64| (now - then) as f64 * 1e6 / us as f64;
-                Tput { admitted: per_s(admitted, a), ended: per_s(ended, e) }
-            }),
+            Window::Ended(us) => self
+                .window
+                .filter(|&(_, a, e)| admitted >= a && ended >= e)
+                .map(|(_, _, e)| (ended - e) as f64 * 1e6 / us as f64),
             Window::Restart => {
                 self.idle = (0.0, 0);
                 None
@@ -356,10 +349,9 @@ fn sample_and_steer(
                 ceiling: l.status.ceiling,
                 tickets: h.tickets,
                 pressed,
-                tput: tput.ended,
+                tput,
                 cpu_spare: avg_of(spare_sum, cpu_spare),
             };
-            let tput = tput.admitted;
             let signals = adaptive::Signals {
                 limit: h.limit,
                 bounds: l.status.bounds,

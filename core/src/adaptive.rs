@@ -10,7 +10,9 @@
 //! whatever a client on the same CPUs leaves, and CPU pressure is high under
 //! every configuration (docs/DESIGN.md §9 has the measurements). So the
 //! limit follows the one figure that says whether a limit helps: the gate's
-//! own throughput, admissions per second, over windows of [`WINDOW_US`].
+//! own throughput, transactions ended per second (admissions less the growth
+//! in holders: a step up admits a burst at once, which must not count as
+//! gain before any of it is done), over windows of [`WINDOW_US`].
 //!
 //! [`Climber`] probes, as TCP's congestion control does:
 //! - While sessions are queued (the limit binds), it tries a larger limit:
@@ -145,7 +147,8 @@ pub struct Signals {
     /// on their client nor on a heavyweight lock (except for a transaction
     /// at work), and are not stalled; smoothed.
     pub working: f64,
-    /// Admissions per second over the window.
+    /// Transactions ended per second over the window (admissions less the
+    /// growth in holders).
     pub tput: f64,
     /// The CPUs' idle share over the window (0 to 1).
     pub cpu_idle: f64,
