@@ -332,7 +332,9 @@ index_job() {
   done
 }
 sampler() { # node: the gate's counters every 500 ms over one exempt connection
-  printf "SELECT extract(epoch FROM now())::int, queued, admitted, overflow_total FROM gatekeeper.status \\\\watch 0.5\n" |
+  # (columns: time, queued, admitted, overflow_total, then the limit, tickets,
+  # why the limit last moved, running holders and the CPUs' idle share)
+  printf "SELECT extract(epoch FROM now())::int, queued, admitted, overflow_total, max_active, tickets, limit_reason, running, round(cpu_idle::numeric, 2) FROM gatekeeper.status \\\\watch 0.5\n" |
     timeout $((duration + hang_after + 30)) "$PSQL" -X -q -At -F ' ' -h 127.0.0.1 -p "${port[$1]}" -U postgres -d postgres \
     >"$rdir/samples-$1.txt" 2>/dev/null &
   sampler_pids+=($!)
@@ -402,19 +404,22 @@ run_one() { # round config workload
     mixed) side="msupdate tps $(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$rdir/msupdate.out"); $(cat "$rdir/copy.out" 2>/dev/null)" ;;
     index) side=$(tr '\n' ';' <"$rdir/index.out" 2>/dev/null) ;;
   esac
-  local ovs=() mq=() prog=0 brk=0 dl=0 n d
+  local ovs=() mq=() lim=() prog=0 brk=0 dl=0 n d
   for n in "${nodes[@]}"; do
     if gated "$config"; then
       d=$(overflow "$n")
       if [[ $d =~ ^[0-9]+$ && ${ov0[$n]} =~ ^[0-9]+$ ]]; then ovs+=($((d - ${ov0[$n]}))); else ovs+=(NA); fi
       mq+=("$(awk 'NF >= 4 && $2 ~ /^[0-9]+$/ && $2 > m {m = $2} END {print m + 0}' "$rdir/samples-$n.txt")")
+      # The limit over the samples taken while sessions were queued: average, range.
+      lim+=("$n:$(awk 'NF >= 9 && $2 > 0 && $5 ~ /^[0-9]+$/ {s += $5; k++; if (!lo || $5 < lo) lo = $5; if ($5 > hi) hi = $5}
+                  END {if (k) printf "%.1f(%d-%d)", s / k, lo, hi; else printf "-"}' "$rdir/samples-$n.txt")")
     else ovs+=(""); mq+=(""); fi
     prog=$((prog + $(log_count "$n" "${off0[$n]}" "no holder\( of the class\)\? worked")))
     brk=$((brk + $(log_count "$n" "${off0[$n]}" "over the limit because process")))
     dl=$((dl + $(log_count "$n" "${off0[$n]}" "distributed deadlock")))
   done
   echo "$round,$config,$wl,$clients,$duration,$tps,$failed,$aborted,$zero,$hang,$stuck,${ovs[0]},${ovs[1]},${ovs[2]},${mq[0]},${mq[1]},${mq[2]},$prog,$brk,$dl,\"$side\"" >>"$csv"
-  log "$config $wl: tps $tps, failed $failed, aborted clients $aborted, hang $hang (stuck after kill: $stuck), overflow ${ovs[*]}, max queued ${mq[*]}, progress/breaker log lines $prog/$brk, Citus deadlocks $dl${side:+; $side}"
+  log "$config $wl: tps $tps, failed $failed, aborted clients $aborted, hang $hang (stuck after kill: $stuck), overflow ${ovs[*]}, max queued ${mq[*]}${lim:+, limit while queued ${lim[*]}}, progress/breaker log lines $prog/$brk, Citus deadlocks $dl${side:+; $side}"
 
   # Leave the cluster clean for the next run.
   if [ $hang = yes ]; then
