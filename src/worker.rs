@@ -239,6 +239,9 @@ fn sample_and_steer(
         // Which stalled holders are relieved is not recorded; while all of
         // them are, none counts against the tickets.
         let stalled_count = h.stalled > h.limit;
+        // Nor which of the long lane's holders are beyond its cap; while
+        // some are, the lane's holders count against the tickets.
+        let lane_counts = h.lane_excess() > 0;
         for (i, s) in l.gate.slots().iter().enumerate() {
             if s.state != SlotState::Admitted {
                 continue;
@@ -246,7 +249,7 @@ fn sample_and_steer(
             // One reading of the wait event serves every decision below.
             let wait = procs::holder_wait(i);
             if h.queued > 0 {
-                let counts = s.class as usize != LONG && (!s.stalled || stalled_count);
+                let counts = if s.class as usize == LONG { lane_counts } else { !s.stalled || stalled_count };
                 scan.holder(wait, s.pid, s.class as usize, counts);
             }
             let uses_server = wait != pg_sys::PG_WAIT_CLIENT;

@@ -113,7 +113,7 @@ fn the_lane_takes_no_ticket_and_is_capped_while_short_work_waits() {
 /// release at commit), and the result is the most intervals that overlap:
 /// what the server really ran at once, without sampling a view that also
 /// shows sessions on their way out.
-fn cpu_storm(lane: &'static str) -> usize {
+fn cpu_storm(lane: &'static str) -> Storm {
     let c = Cluster::start(&[
         ("pg_gatekeeper.max_active", "4"),
         ("pg_gatekeeper.stall_timeout", "200ms"),
@@ -131,6 +131,24 @@ fn cpu_storm(lane: &'static str) -> usize {
          GRANT EXECUTE ON FUNCTION burn_span(float8) TO app;",
     );
     let spans = Arc::new(Mutex::new(Vec::new()));
+    // What the gate did meanwhile, for the failure message: the most
+    // tickets and stalled holders the status view showed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let (stop, mut client) = (Arc::clone(&stop), c.connect("postgres", "watch"));
+        std::thread::spawn(move || {
+            let (mut tickets, mut stalled) = (0i64, 0i64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = client
+                    .query_one("SELECT tickets::int8, stalled::int8 FROM gatekeeper.status", &[])
+                    .expect("status");
+                tickets = tickets.max(r.get(0));
+                stalled = stalled.max(r.get(1));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (tickets, stalled)
+        })
+    };
     // One shape, not known yet when they all ask: the worker decides.
     let storm: Vec<Running> = (0..12)
         .map(|k| {
@@ -145,10 +163,31 @@ fn cpu_storm(lane: &'static str) -> usize {
     for r in storm {
         r.join_ok(Duration::from_secs(60));
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (tickets, stalled) = watch.join().expect("watcher");
     c.assert_quiet();
+    let totals = c.admin_query(
+        "SELECT overflow_total::int8, stalls_total::int8, admitted_total::int8 FROM gatekeeper.status",
+        &[],
+    );
     let spans = spans.lock().unwrap();
     assert_eq!(spans.len(), 12);
-    most_at_once(&spans)
+    Storm {
+        most: most_at_once(&spans),
+        seen: format!(
+            "most tickets {tickets}, most stalled {stalled}, overflow_total {}, stalls_total {}, admitted_total {}",
+            totals[0].get::<_, i64>(0),
+            totals[0].get::<_, i64>(1),
+            totals[0].get::<_, i64>(2)
+        ),
+    }
+}
+
+/// What [`cpu_storm`] found: the most sessions that computed at once, and
+/// what the status view showed meanwhile.
+struct Storm {
+    most: usize,
+    seen: String,
 }
 
 /// The most of `spans` (began, ended) that overlap at one instant; one that
@@ -167,17 +206,17 @@ fn most_at_once(spans: &[(f64, f64)]) -> usize {
 
 #[test]
 fn computing_holders_stay_within_the_limit_and_the_lane_cap() {
-    let most = cpu_storm("on");
-    assert!(most <= 5, "{most} sessions computed at once (limit 4, lane cap 1)");
-    assert!(most >= 4, "only {most} sessions computed at once: the limit was not used");
+    let Storm { most, seen } = cpu_storm("on");
+    assert!(most <= 5, "{most} sessions computed at once (limit 4, lane cap 1); {seen}");
+    assert!(most >= 4, "only {most} sessions computed at once: the limit was not used; {seen}");
 }
 
 #[test]
 fn without_the_lane_stall_relief_lets_computing_past_the_limit() {
     // The measure above can fail: with the lane off, relieved computing
     // holders give their places away.
-    let most = cpu_storm("off");
-    assert!(most > 5, "only {most} sessions computed at once with the lane off");
+    let Storm { most, seen } = cpu_storm("off");
+    assert!(most > 5, "only {most} sessions computed at once with the lane off; {seen}");
 }
 
 #[test]

@@ -22,11 +22,12 @@
 //!   re-issuing places at release until the holders fall below it.
 //! - The deadlock breaker may admit a specific waiter over every limit
 //!   ([`Gate::overflow_admit`]).
-//! - The long lane, class [`LONG`] (docs/DESIGN.md §15), takes no ticket:
-//!   its holders never count against the tickets. It is capped by its own
-//!   `max_active` while another class has sessions queued, and otherwise
-//!   may also take the places the others leave free ([`GateHeader::lane_cap`]);
-//!   its queue is served by [`Gate::pump_lane`], never by a freed ticket. A
+//! - The long lane, class [`LONG`] (docs/DESIGN.md §15), takes no ticket
+//!   within its cap: up to its own `max_active` holders, they do not count
+//!   against the tickets. That cap holds while another class has sessions
+//!   queued; otherwise the lane may also take the places the others leave
+//!   free ([`GateHeader::lane_cap`]), and those count against the tickets
+//!   until it is back within its cap ([`GateHeader::lane_excess`]); its queue is served by [`Gate::pump_lane`], never by a freed ticket. A
 //!   holder of `default` seen computing long moves into it
 //!   ([`Gate::move_to_lane`]).
 //!
@@ -185,10 +186,25 @@ impl GateHeader {
     pub fn relieved(&self) -> u32 {
         (self.stalled - self.classes[LONG].stalled).min(self.limit)
     }
-    /// Holders that count against the tickets: not in the long lane, not
-    /// relieved.
+    /// Holders that count against the tickets: those outside the long lane
+    /// that are not relieved, and the lane's holders beyond its cap.
     pub fn counted(&self) -> u32 {
+        self.counted_outside_lane() + self.lane_excess()
+    }
+    /// Holders outside the long lane that are not relieved.
+    fn counted_outside_lane(&self) -> u32 {
         self.holders - self.classes[LONG].admitted - self.relieved()
+    }
+    /// The long lane's holders beyond its cap: places it took while nobody
+    /// else waited. They count against the tickets until the lane is back
+    /// within its cap, so that short work arriving later finds those places
+    /// taken: sessions running at once stay within the tickets plus the
+    /// cap, whenever each came.
+    pub fn lane_excess(&self) -> u32 {
+        match self.classes[LONG].params.max_active {
+            0 => 0,
+            cap => self.classes[LONG].admitted.saturating_sub(cap),
+        }
     }
     /// Whether sessions of classes other than the long lane are queued.
     fn others_queued(&self) -> bool {
@@ -196,15 +212,15 @@ impl GateHeader {
     }
     /// How many holders the long lane may have now: its cap while others
     /// wait; while nobody else waits, also every place the others leave
-    /// free (work-conserving: long work alone may use every place, and long
-    /// work beside short work never takes more than the places short work
-    /// leaves, so that together they stay within the tickets plus the cap).
-    /// A cap of 0 means no cap.
+    /// free (work-conserving: long work alone may use every place). The
+    /// places beyond the cap count against the tickets
+    /// ([`GateHeader::lane_excess`]), so long and short work together stay
+    /// within the tickets plus the cap. A cap of 0 means no cap.
     pub fn lane_cap(&self) -> u32 {
         match self.classes[LONG].params.max_active {
             0 => u32::MAX,
             cap if self.others_queued() => cap,
-            cap => cap.max(self.tickets.saturating_sub(self.counted())),
+            cap => cap.max(self.tickets.saturating_sub(self.counted_outside_lane())),
         }
     }
     /// Whether class `k` may take one more holder as far as its own cap goes.
@@ -445,7 +461,8 @@ impl<'a> Gate<'a> {
         }
         let c = if class < MAX_CLASSES && self.h.classes[class].in_use { class } else { DEFAULT };
         self.slots[i].class = c as u8;
-        // The long lane's holders take no ticket: only its cap decides.
+        // The long lane takes no ticket to admit: only its cap decides (the
+        // places it takes beyond the cap count once taken).
         let place = c == LONG || self.place_free();
         let cs = &self.h.classes[c];
         if cs.queued == 0 && self.h.below_cap(c) && place {
@@ -1529,10 +1546,48 @@ mod tests {
             assert_eq!(g.request(i, LONG, 1, 0), Request::Admitted);
         }
         assert_eq!(g.request(4, LONG, 1, 0), Request::Queued { position: 1 });
-        // Short work still finds every ticket free.
-        for i in 5..9 {
-            assert_eq!(g.request(i, DEFAULT, 2, 0), Request::Admitted);
+        // The three places beyond the lane's cap count against the tickets:
+        // short work finds one, so that the two together stay within the
+        // tickets plus the cap.
+        assert_eq!(g.header().lane_excess(), 3);
+        assert_eq!(g.request(5, DEFAULT, 2, 0), Request::Admitted);
+        assert_eq!(g.request(6, DEFAULT, 2, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(7, DEFAULT, 2, 0), Request::Queued { position: 2 });
+        g.check().unwrap();
+        // Short work now waits: the lane's queue stays behind its cap, and
+        // each long holder that ends gives its place to short work.
+        assert_eq!(f.release(0, 3), vec![6]);
+        assert_eq!(f.release(1, 4), vec![7]);
+        assert_eq!(f.release(2, 5), vec![], "within its cap the lane takes no ticket");
+        let g = f.gate();
+        assert_eq!((g.header().lane_excess(), g.header().counted()), (0, 3));
+        assert_eq!(g.header().classes[LONG].queued, 1);
+    }
+
+    #[test]
+    fn long_and_short_work_stay_within_the_tickets_plus_the_cap_whenever_they_come() {
+        // Two computing holders; the two others have ended, and the
+        // sessions behind them are between two messages of the extended
+        // protocol (Parse done, Bind not yet come): nobody waits, so both
+        // computing holders move into the lane, one of them over its cap.
+        // Then the short work comes back: it may not take every ticket too.
+        let mut f = Fixture::new(12, 4);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        for i in 0..4 {
+            assert_eq!(g.request(i, DEFAULT, 1, 0), Request::Admitted);
         }
+        assert!(g.release(2, 2, &mut |_| {}));
+        assert!(g.release(3, 2, &mut |_| {}));
+        for i in 0..2 {
+            assert!(g.move_to_lane(i, 2, &mut |_| {}), "nobody waits: the free places are the lane's");
+        }
+        assert_eq!(g.header().lane_excess(), 1);
+        for i in 4..12 {
+            let _ = g.request(i, DEFAULT, 3, 0);
+        }
+        let running = g.header().holders - g.header().relieved();
+        assert_eq!(running, 5, "tickets 4 plus the lane's cap of 1");
         g.check().unwrap();
     }
 
@@ -1571,11 +1626,13 @@ mod tests {
         assert_eq!(g.header().stalled, 0);
         assert_eq!(g.header().classes[LONG].admitted, 2);
         g.check().unwrap();
-        // With short work waiting, the lane is over its cap: nobody moves,
-        // and a computing holder keeps its ticket.
+        // The lane's place beyond its cap counts against the tickets, so
+        // one is left to short work; with short work waiting, the lane is
+        // over its cap: nobody moves, and a computing holder keeps its
+        // ticket.
         assert_eq!(g.request(4, DEFAULT, 5, 0), Request::Admitted);
-        assert_eq!(g.request(5, DEFAULT, 5, 0), Request::Admitted);
-        assert_eq!(g.request(6, DEFAULT, 5, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(5, DEFAULT, 5, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(6, DEFAULT, 5, 0), Request::Queued { position: 2 });
         assert!(!g.move_to_lane(4, 6, &mut |_| {}));
         assert_eq!(g.slot(4).class as usize, DEFAULT);
         g.check().unwrap();
