@@ -27,7 +27,8 @@
 //!   against the tickets. That cap holds while another class has sessions
 //!   queued; otherwise the lane may also take the places the others leave
 //!   free ([`GateHeader::lane_cap`]), and those count against the tickets
-//!   until it is back within its cap ([`GateHeader::lane_excess`]); its queue is served by [`Gate::pump_lane`], never by a freed ticket. A
+//!   until it is back within its cap ([`GateHeader::lane_excess`]). Its
+//!   queue is served by [`Gate::pump_lane`], never by a freed ticket. A
 //!   holder of `default` seen computing long moves into it
 //!   ([`Gate::move_to_lane`]).
 //!
