@@ -200,11 +200,14 @@ impl GateHeader {
     /// else waited. They count against the tickets until the lane is back
     /// within its cap, so that short work arriving later finds those places
     /// taken: sessions running at once stay within the tickets plus the
-    /// cap, whenever each came.
+    /// cap, whenever each came. Stalled lane holders are left out, as
+    /// stall relief leaves out stalled holders elsewhere: they wait (with
+    /// the lane on, a computing holder is never marked stalled).
     pub fn lane_excess(&self) -> u32 {
-        match self.classes[LONG].params.max_active {
+        let lane = &self.classes[LONG];
+        match lane.params.max_active {
             0 => 0,
-            cap => self.classes[LONG].admitted.saturating_sub(cap),
+            cap => (lane.admitted - lane.stalled).saturating_sub(cap),
         }
     }
     /// Whether sessions of classes other than the long lane are queued.
@@ -1563,6 +1566,29 @@ mod tests {
         let g = f.gate();
         assert_eq!((g.header().lane_excess(), g.header().counted()), (0, 3));
         assert_eq!(g.header().classes[LONG].queued, 1);
+    }
+
+    #[test]
+    fn a_stalled_lane_holder_beyond_the_cap_gives_its_place_back() {
+        let mut f = Fixture::new(8, 2);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        // Long work alone takes both places; short work finds them taken.
+        assert_eq!(g.request(0, LONG, 1, 0), Request::Admitted);
+        assert_eq!(g.request(1, LONG, 1, 0), Request::Admitted);
+        assert_eq!(g.request(2, DEFAULT, 2, 0), Request::Admitted);
+        assert_eq!(g.request(3, DEFAULT, 2, 0), Request::Queued { position: 1 });
+        // One lane holder now waits (a lock, say) past stall_timeout: the
+        // lane is back within its cap, and its place goes to short work.
+        let mut woken = vec![];
+        assert!(g.set_stalled(0, true, 3, &mut |w| woken.push(w)));
+        assert_eq!(woken, vec![3]);
+        assert_eq!(g.header().lane_excess(), 0);
+        g.check().unwrap();
+        // Seen running again, it counts again.
+        assert!(g.set_stalled(0, false, 4, &mut |_| {}));
+        assert_eq!(g.header().lane_excess(), 1);
+        g.check().unwrap();
     }
 
     #[test]
