@@ -131,24 +131,6 @@ fn cpu_storm(lane: &'static str) -> Storm {
          GRANT EXECUTE ON FUNCTION burn_span(float8) TO app;",
     );
     let spans = Arc::new(Mutex::new(Vec::new()));
-    // What the gate did meanwhile, for the failure message: the most
-    // tickets and stalled holders the status view showed.
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watch = {
-        let (stop, mut client) = (Arc::clone(&stop), c.connect("postgres", "watch"));
-        std::thread::spawn(move || {
-            let (mut tickets, mut stalled) = (0i64, 0i64);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let r = client
-                    .query_one("SELECT tickets::int8, stalled::int8 FROM gatekeeper.status", &[])
-                    .expect("status");
-                tickets = tickets.max(r.get(0));
-                stalled = stalled.max(r.get(1));
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            (tickets, stalled)
-        })
-    };
     // One shape, not known yet when they all ask: the worker decides.
     let storm: Vec<Running> = (0..12)
         .map(|k| {
@@ -160,25 +142,29 @@ fn cpu_storm(lane: &'static str) -> Storm {
             })
         })
         .collect();
+    // What the gate did meanwhile, for the failure message: the most
+    // tickets and stalled holders the status view showed.
+    let (mut tickets, mut stalled) = (0, 0);
+    wait_until("the storm ends", Duration::from_secs(60), || {
+        let s = c.status();
+        tickets = tickets.max(s.tickets());
+        stalled = stalled.max(s.int("stalled"));
+        storm.iter().all(Running::is_finished)
+    });
     for r in storm {
-        r.join_ok(Duration::from_secs(60));
+        r.join_ok(Duration::from_secs(1));
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (tickets, stalled) = watch.join().expect("watcher");
     c.assert_quiet();
-    let totals = c.admin_query(
-        "SELECT overflow_total::int8, stalls_total::int8, admitted_total::int8 FROM gatekeeper.status",
-        &[],
-    );
+    let s = c.status();
     let spans = spans.lock().unwrap();
     assert_eq!(spans.len(), 12);
     Storm {
         most: most_at_once(&spans),
         seen: format!(
             "most tickets {tickets}, most stalled {stalled}, overflow_total {}, stalls_total {}, admitted_total {}",
-            totals[0].get::<_, i64>(0),
-            totals[0].get::<_, i64>(1),
-            totals[0].get::<_, i64>(2)
+            s.int("overflow_total"),
+            s.int("stalls_total"),
+            s.int("admitted_total")
         ),
     }
 }
