@@ -13,7 +13,8 @@
 # --run makes the postgres user if it is missing, unpacks the kit where that
 # user can read it (/opt/pg_gatekeeper-kit), and runs bench.py with the
 # kit's binaries first on the PATH. bench.py needs Python 3 with matplotlib
-# and taskset (--pin); sysbench is not in the kit.
+# and taskset (--pin). sysbench and its OLTP scripts come in the kit when
+# sysbench is installed here (bench/run.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '2,16p' "$0"; exit 2; }
@@ -30,6 +31,8 @@ if [ "${1:-}" = --run ]; then
   [ -x "$dest/bin/postgres" ] || { echo "$kit is no kit (no bin/postgres)" >&2; exit 2; }
   chmod -R a+rX "$dest"
   export PATH=$dest/bin:$PATH
+  # sysbench finds its scripts on Lua's path; ";;" keeps the default one.
+  [ ! -d "$dest/share/sysbench" ] || export LUA_PATH="$dest/share/sysbench/?.lua;;"
   exec python3 bench/bench.py --pg-bin "$dest/bin" "$@"
 fi
 
@@ -61,6 +64,11 @@ cp -a "$work/$PG_MAJOR"/{bin,lib,share,COPYRIGHT,LICENSE} "$kit/"
 rm -f "$kit"/lib/*plpython3*
 cp "$(command -v pgbouncer)" "$kit/bin/pgbouncer"
 patchelf --set-rpath '$ORIGIN/../lib' "$kit/bin/pgbouncer"
+if command -v sysbench >/dev/null && [ -d /usr/share/sysbench ]; then
+  cp "$(command -v sysbench)" "$kit/bin/sysbench"
+  patchelf --set-rpath '$ORIGIN/../lib' "$kit/bin/sysbench"
+  cp -a /usr/share/sysbench "$kit/share/sysbench"
+fi
 strip --strip-unneeded "$kit/lib/pg_gatekeeper.so"
 # The libraries the binaries load from the system, less the C library's own
 # (the other machine has its own, of the same ABI or newer).
@@ -79,4 +87,6 @@ done | sort -u | while read -r lib; do
 done
 mkdir -p "$(dirname "$out")"
 tar cJf "$out" -C "$kit" .
-echo "kit for PostgreSQL $PG_MAJOR with the release extension and $(pgbouncer --version | head -1): $out ($(du -sh "$out" | cut -f1))"
+sb=
+[ ! -x "$kit/bin/sysbench" ] || sb=", $("$kit/bin/sysbench" --version)"
+echo "kit for PostgreSQL $PG_MAJOR with the release extension, $(pgbouncer --version | head -1)$sb: $out ($(du -sh "$out" | cut -f1))"
