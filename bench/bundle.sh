@@ -17,7 +17,7 @@
 # sysbench is installed here (bench/run.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { sed -n '2,16p' "$0"; exit 2; }
+usage() { sed -n '2,17p' "$0"; exit 2; }
 
 if [ "${1:-}" = --run ]; then
   [ $# -ge 2 ] || usage
