@@ -64,6 +64,10 @@ def parse_args(argv):
                    help="synchronous_commit = off (the CPU-bound variant; the summary's Server line says so). "
                         "Default: PostgreSQL's durable commits")
     p.add_argument("--jobs", type=int, default=2, help="pgbench -j")
+    p.add_argument("--idle-connections", type=int, default=0, metavar="N",
+                   help="N more sessions connected straight to the server for every run, beside the "
+                        "measured clients, that send nothing (what N live but idle backends cost, "
+                        "whatever the configuration); on the client's CPUs")
     p.add_argument("--sampling-rate", type=float, default=1.0, help="pgbench --sampling-rate for the latency logs")
     p.add_argument("--pgbouncer-select-mode", default="simple", choices=["simple", "extended"],
                    help="protocol for select-only through PgBouncer (1.18 cannot pool -M prepared)")
@@ -162,7 +166,7 @@ def main(argv):
     if os.geteuid() != 0:
         sys.exit("bench.py must run as root (it starts servers with runuser -u postgres)")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(a.clients) * 2 + 1000
+    want = max(a.clients) * 2 + a.idle_connections * 2 + 1000
     if soft < want:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(want, 65536), hard), hard))
@@ -171,6 +175,8 @@ def main(argv):
         if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < want:
             sys.exit("open-file limit %d is too low for %d clients" % (
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0], max(a.clients)))
+    if a.idle_connections < 0:
+        sys.exit("--idle-connections must be 0 or more")
     if a.pin and not shutil.which("taskset"):
         sys.exit("--pin needs taskset (util-linux)")
     if any(w in SYSBENCH_WORKLOADS for w in a.workloads) and not a.overhead and not shutil.which("sysbench"):

@@ -208,6 +208,10 @@ def machine_block(meta, rows):
             lines.append("- **pg_gatekeeper:** " + "; ".join(desc))
         if meta.get("sampling_rate", 1.0) < 1.0:
             lines.append("- p99 from pgbench per-transaction logs sampled at %s" % meta["sampling_rate"])
+        if meta.get("idle_connections"):
+            lines.append("- **Idle sessions:** %d more, connected straight to the server (not through "
+                         "PgBouncer) before each run's clients and sending nothing during it, in every "
+                         "configuration (`--idle-connections`)" % meta["idle_connections"])
     return lines
 
 

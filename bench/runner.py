@@ -39,6 +39,8 @@ CSV_FIELDS = [
     "gk_stalls",
     # the part of cpu_idle_pct that was iowait (older CSVs lack it)
     "cpu_iowait_pct",
+    # --idle-connections: sessions connected beside the clients, sending nothing
+    "idle_connections",
 ]
 
 
@@ -49,6 +51,7 @@ class Runner:
         self.cluster = Cluster(args)
         self.bouncer = None
         self.pgbench = None
+        self.idle = None  # --idle-connections' pgbench, during a run
         self.rows = []
         self.failures = []
         self.csv_path = os.path.join(args.out, "results.csv")
@@ -60,9 +63,10 @@ class Runner:
 
     # -- cleanup ------------------------------------------------------------
     def cleanup(self):
-        if self.pgbench is not None and self.pgbench.poll() is None:
-            self.pgbench.kill()
-            self.pgbench.wait()
+        for p in (self.pgbench, self.idle):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
         if self.bouncer is not None:
             self.bouncer.stop()
             self.bouncer = None
@@ -141,6 +145,49 @@ class Runner:
                                a.sysbench_table_size, clients, duration, warm, ps_mode)
         return cmd, "prepared" if ps_mode == "auto" else "simple", ps_mode, warm
 
+    def start_idle(self, prefix):
+        """--idle-connections: a pgbench whose clients connect straight to the
+        server (as the measured ones do to PostgreSQL, not through PgBouncer),
+        then sleep in their first command and send nothing. Returns once
+        every one of them has a backend (pg_stat_activity)."""
+        a = self.a
+        n = a.idle_connections
+        script = prefix + "-idle.sql"
+        with open(script, "w") as f:
+            # Longer than any run; pgbench keeps a sleep's microseconds in an
+            # int, so an hour would overflow and not sleep at all.
+            f.write("\\sleep 1000 s\n")
+        cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", "127.0.0.1", "-p", str(self.cluster.port),
+               "-U", "bench", "-n", "-c", str(n), "-j", str(min(a.jobs, n)), "-t", "1", "-f", script, "bench"]
+        env = clean_env()
+        env["PGAPPNAME"] = "bench_idle"
+        with open(prefix + "-idle.out", "w") as out:
+            self.idle = subprocess.Popen(pinned(a.client_cpus, cmd), stdout=out, stderr=subprocess.STDOUT,
+                                         env=env)
+        deadline = time.time() + 60 + n / 20.0
+        while True:
+            got = self.idle_count()
+            if got >= n:
+                return
+            if self.idle.poll() is not None or time.time() > deadline:
+                with open(prefix + "-idle.out") as f:
+                    said = " ".join(f.read().split())[-300:]
+                raise RuntimeError("%d of %d idle sessions connected: %s" % (got, n, said))
+            time.sleep(0.5)
+
+    def idle_count(self):
+        return int(self.cluster.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'bench_idle'"))
+
+    def idle_gone(self):
+        """Wait for the idle sessions' backends to exit, so that the next run
+        starts with none (best effort: the server may be down after a crash)."""
+        deadline = time.time() + 120
+        try:
+            while self.idle_count() > 0 and time.time() < deadline:
+                time.sleep(0.5)
+        except Exception as e:  # noqa: BLE001 - the next run's start reports a broken server
+            log("idle sessions: %s" % str(e).strip()[:200])
+
     def one_run(self, workload, cfg, clients, rnd, duration=None, cpu_window_backend=False, label=None):
         """One pgbench or sysbench run; returns its CSV row. A failure of any kind
         (client error, server crash, harness error) fails the run, not the benchmark:
@@ -165,11 +212,15 @@ class Runner:
             raise
         except Exception as e:  # noqa: BLE001 - becomes a failed run
             errs.append("harness: %s" % str(e).strip().replace("\n", " ")[:300])
-        if self.pgbench is not None:
-            if self.pgbench.poll() is None:
-                self.pgbench.kill()
-            self.pgbench.wait()
-            self.pgbench = None
+        had_idle = self.idle is not None
+        for p in (self.pgbench, self.idle):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        self.pgbench = self.idle = None
+        if had_idle:
+            self.idle_gone()
         if self.bouncer is not None:
             self.bouncer.stop()
             self.bouncer = None
@@ -211,6 +262,9 @@ class Runner:
             self.bouncer.start()
             c.check_affinity(self.bouncer.pid, "PgBouncer")
         row["tool"] = "sysbench" if sb else "pgbench"
+        row["idle_connections"] = a.idle_connections
+        if a.idle_connections:
+            self.start_idle(prefix)
         if sb:
             cmd, proto, row["ps_mode"], sb_warm = self.sysbench_cmd(workload, cfg, clients, duration)
         else:

@@ -55,10 +55,13 @@ class Schedule(Runner):
                 log("measured from %g s after each run's first transaction, plus %g ms per client (%s)" % (
                     a.warmup, a.warmup_per_client, ", ".join(
                         "%d clients: %g s" % (c, a.warmup + self.extra_warmup(c)) for c in a.clients)))
+            if a.idle_connections:
+                log("%d idle sessions connected straight to the server beside the clients in every run"
+                    % a.idle_connections)
             log("%d runs; first estimate %s" % (len(steps), fmt_hms(
                 sum(a.duration + self.extra_warmup(c) + 4 for _, c, _, _ in steps))))
         t_init = time.time()
-        self.cluster.init(max_clients)
+        self.cluster.init(max_clients + a.idle_connections)
         self.cluster.start(None)
         kinds = ["pgbench"] if a.overhead or any(not is_sysbench(w) for w in a.workloads) else []
         if not a.overhead and any(is_sysbench(w) for w in a.workloads):
@@ -180,6 +183,7 @@ class Schedule(Runner):
             "clients": a.clients,
             "workloads": a.workloads,
             "jobs": 1 if a.overhead else a.jobs,
+            "idle_connections": a.idle_connections,
             "sampling_rate": a.sampling_rate,
             "server_settings": self.cluster.settings,
             "pgbouncer_pools": [] if a.overhead or "pgbouncer" not in a.configs else self.pools(),
