@@ -9,7 +9,11 @@
 #   bash bench/profile_pair.sh -c 256 -p 8 -r 2 -- -f bench/slow_client.sql -s 10
 #   bash bench/profile_pair.sh --bare -c 1000 -r 2 -- -f bench/slow_client.sql -s 10
 #   bash bench/profile_pair.sh -r 2 --perf DIR   # also perf profiles: DIR/gate-1000-1.txt, DIR/pool-1000-1.txt...
+#   bash bench/profile_pair.sh -c 4000 -p 8 --pin 0:1 --warmup 45   # pgbench on CPU 0, the server on 1
 #
+# --pin CLIENT:SERVER starts the server (and so every backend) and PgBouncer
+# under taskset on SERVER and pgbench on CLIENT, as bench.py --pin does.
+# max_connections is raised to the clients plus 100 where it is lower.
 # Reloads the pgbench tables at --scale (10) when the cluster has another
 # scale (the smoke run loads scale 1). Then alternates: the server with the
 # library (pgbench straight at it), then the server without it and PgBouncer
@@ -24,7 +28,7 @@ source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
 source "$here/../scripts/cluster.sh"   # as_pg; the cluster itself is bench/run.sh's
 work=/var/tmp/pg_gatekeeper_bench
-clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir=
+clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir= pin=
 while [[ $# -gt 0 ]]; do
   case $1 in
     -c) clients=$2; shift 2 ;;
@@ -37,11 +41,18 @@ while [[ $# -gt 0 ]]; do
     --window) window=$2; shift 2 ;;
     --perf) perfdir=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --pin) pin=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
+# --pin: where the client and the server run (empty: anywhere).
+on_client=() on_server=()
+if [[ -n $pin ]]; then
+  [[ $pin == *:* ]] || { echo "--pin wants CLIENT:SERVER, e.g. 0:1" >&2; exit 2; }
+  on_client=(taskset -c "${pin%%:*}") on_server=(taskset -c "${pin#*:}")
+fi
 data=$work/data ini=$work/pgbouncer-$pool/pgbouncer.ini
 if [[ ! -f $data/PG_VERSION ]] || { ((!bare)) && [[ ! -f $ini ]]; }; then
   echo "no cluster or no PgBouncer pool $pool in $work: run 'bash bench/run.sh --smoke --keep' first" >&2
@@ -56,11 +67,13 @@ unset RUST_BACKTRACE
 ulimit -n "$(ulimit -Hn)"
 hp_before=$(cat /proc/sys/vm/nr_hugepages)
 # As bench/run.sh does: huge pages for the shared memory (the larger, with the library).
+maxconn=$(sed -n 's/^max_connections = \([0-9]*\).*/\1/p' "$data/postgresql.conf" | tail -1)
+maxconn=$(( ${maxconn:-100} > clients + 100 ? ${maxconn:-100} : clients + 100 ))
 need=$(as_pg "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gatekeeper \
-         -C shared_memory_size_in_huge_pages)
+         -c max_connections=$maxconn -C shared_memory_size_in_huge_pages)
 echo $((hp_before + need)) > /proc/sys/vm/nr_hugepages
 
-pg() { as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
+pg() { "${on_server[@]}" runuser -u postgres -- env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
 # bench/run.sh leaves the settings of its last configuration in
 # bench_config.conf (the library preloaded, when that was a gate): empty it
 # for these runs, so that the library is loaded only where asked for on the
@@ -79,7 +92,7 @@ trap cleanup EXIT
 
 psql() { as_pg "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
 
-pg -o "-c huge_pages=on" start
+pg -o "-c huge_pages=on -c max_connections=$maxconn" start
 if [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then
   echo "loading pgbench -i -s $scale ..."
   "$PG_BIN/pgbench" -i -q -s "$scale" -h "$work/sock" -p "$port" -U bench bench >/dev/null 2>&1
@@ -94,14 +107,14 @@ if ((!bare)); then
   chown postgres "$bini"
 fi
 
-prof() { python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
+prof() { "${on_client[@]}" python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
 # --perf NAME: a perf profile of the window into the perf directory, if asked for.
 perf_to() { [[ -n $perfdir ]] && echo --perf "$perfdir/$1-$clients-$r.txt"; true; }
 [[ -n $perfdir ]] && mkdir -p "$perfdir"
 
 for r in $(seq "$rounds"); do
   echo "=== round $r: pg_gatekeeper (defaults), $clients clients"
-  pg -o "-c shared_preload_libraries=pg_gatekeeper -c huge_pages=on" start
+  pg -o "-c shared_preload_libraries=pg_gatekeeper -c huge_pages=on -c max_connections=$maxconn" start
   psql -d bench -qc "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper"
   prof --port "$port" $(perf_to gate) "$@"
   psql -d bench -Atc \
@@ -109,14 +122,14 @@ for r in $(seq "$rounds"); do
             round(avg(tickets), 1), min(tickets), max(tickets), round(avg(running), 1), round(avg(queued), 1))
      FROM gatekeeper.history WHERE sample_time > now() - interval '$window s'"
   pg -m fast stop
-  pg -o "-c huge_pages=on" start
+  pg -o "-c huge_pages=on -c max_connections=$maxconn" start
   if ((bare)); then
     echo "=== round $r: bare PostgreSQL, $clients clients"
     prof --port "$port" $(perf_to bare) "$@"
   else
     echo "=== round $r: PgBouncer pool $pool, $clients clients"
     # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
-    as_pg prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
+    "${on_server[@]}" runuser -u postgres -- env -u RUST_BACKTRACE prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
     prof --port "$bport" --stats-port "$port" $(perf_to pool) "$@"
     kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
