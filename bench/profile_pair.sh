@@ -42,7 +42,7 @@ while [[ $# -gt 0 ]]; do
     --perf) perfdir=$2; shift 2 ;;
     --) shift; break ;;
     --pin) pin=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
