@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 from pgbench import WORKLOADS
+from runner import IDLE_SLEEP_S
 from schedule import Schedule
 from sysbench import SYSBENCH_WORKLOADS
 from util import HERE, cpu_list, log, parse_list, pick_port, pin_split
@@ -177,6 +178,8 @@ def main(argv):
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0], max(a.clients)))
     if a.idle_connections < 0:
         sys.exit("--idle-connections must be 0 or more")
+    if a.idle_connections and a.duration + a.warmup_per_client * max(a.clients) / 1000.0 > 1800:
+        sys.exit("--idle-connections: runs of at most 1800 s (its sessions sleep %d s)" % IDLE_SLEEP_S)
     if a.pin and not shutil.which("taskset"):
         sys.exit("--pin needs taskset (util-linux)")
     if any(w in SYSBENCH_WORKLOADS for w in a.workloads) and not a.overhead and not shutil.which("sysbench"):

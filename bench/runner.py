@@ -18,6 +18,10 @@ from sysbench import hist_percentile, is_sysbench, parse_sysbench
 from sysbench import run_cmd as sysbench_run_cmd
 from util import clean_env, cpu_list, log, machine_cpu, parse_cpu_list, percentile, pinned, proc_cpu_ns
 
+# How long --idle-connections' sessions sleep: below pgbench's limit of
+# 2^31 microseconds, and longer than any run bench.py allows with them.
+IDLE_SLEEP_S = 2000
+
 CSV_FIELDS = [
     "started_at", "workload", "config", "family", "pool_size", "clients", "round",
     "duration_s", "protocol", "status", "error",
@@ -154,9 +158,10 @@ class Runner:
         n = a.idle_connections
         script = prefix + "-idle.sql"
         with open(script, "w") as f:
-            # Longer than any run; pgbench keeps a sleep's microseconds in an
-            # int, so an hour would overflow and not sleep at all.
-            f.write("\\sleep 1000 s\n")
+            # Longer than any run (bench.py caps the runs' length for
+            # this); pgbench keeps a sleep's microseconds in an int, so an
+            # hour would overflow and not sleep at all.
+            f.write("\\sleep %d s\n" % IDLE_SLEEP_S)
         cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", "127.0.0.1", "-p", str(self.cluster.port),
                "-U", "bench", "-n", "-c", str(n), "-j", str(min(a.jobs, n)), "-t", "1", "-f", script, "bench"]
         env = clean_env()
