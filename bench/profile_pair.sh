@@ -73,7 +73,7 @@ need=$(as_pg "$PG_BIN/postgres" -D "$data" -c shared_preload_libraries=pg_gateke
          -c max_connections=$maxconn -C shared_memory_size_in_huge_pages)
 echo $((hp_before + need)) > /proc/sys/vm/nr_hugepages
 
-pg() { "${on_server[@]}" runuser -u postgres -- env -u RUST_BACKTRACE "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
+pg() { as_pg "${on_server[@]}" "$PG_BIN/pg_ctl" -D "$data" -l "$work/postgres.log" -w "$@" >/dev/null; }
 # bench/run.sh leaves the settings of its last configuration in
 # bench_config.conf (the library preloaded, when that was a gate): empty it
 # for these runs, so that the library is loaded only where asked for on the
@@ -129,7 +129,7 @@ for r in $(seq "$rounds"); do
   else
     echo "=== round $r: PgBouncer pool $pool, $clients clients"
     # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
-    "${on_server[@]}" runuser -u postgres -- env -u RUST_BACKTRACE prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
+    as_pg "${on_server[@]}" prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
     prof --port "$bport" --stats-port "$port" $(perf_to pool) "$@"
     kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
