@@ -2,8 +2,9 @@
 """Where the CPU goes per committed transaction, during a steady-state window.
 
 Runs pgbench (TPC-B by default) against a server that is already running,
-waits for the warm-up, then reads /proc for every process twice, WINDOW
-seconds apart: CPU time (utime + stime), minor page faults and context
+waits until every client is connected and then for the warm-up, reads
+/proc for every process twice, WINDOW seconds apart, and stops pgbench:
+CPU time (utime + stime), minor page faults and context
 switches, summed per command name (postgres, pgbench, pgbouncer, kernel
 threads). Divided by the transactions committed in the window
 (pg_stat_database.xact_commit), that gives the cost of one transaction in
@@ -32,6 +33,7 @@ import glob
 import os
 import subprocess
 import sys
+import threading
 import time
 
 STAT_NAMES = "user nice system idle iowait irq softirq steal".split()
@@ -80,7 +82,7 @@ def main(argv):
     p.add_argument("--db", default="bench")
     p.add_argument("-c", "--clients", type=int, default=1000)
     p.add_argument("-j", "--jobs", type=int, default=2)
-    p.add_argument("--warmup", type=float, default=8, help="seconds before the window")
+    p.add_argument("--warmup", type=float, default=8, help="seconds from the moment every client is connected to the window")
     p.add_argument("--window", type=float, default=15, help="seconds measured")
     p.add_argument("--top", type=int, default=6, help="command names shown")
     p.add_argument("--pg-bin", default="/usr/lib/postgresql/15/bin")
@@ -89,30 +91,57 @@ def main(argv):
     extra = [x for x in extra if x != "--"]
     a.stats_port = a.stats_port or a.port
 
+    # pgbench runs until the window is over and is then stopped: its -T
+    # counts from its start, connections included, and opening thousands
+    # of them can take longer than the warm-up (the window would then run
+    # past pgbench's end and count its backends' exits). -P 1 prints the
+    # first progress line once every client is connected.
     cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", a.host, "-p", str(a.port), "-U", a.user, "-n",
-           "-c", str(a.clients), "-j", str(a.jobs), "-T", str(int(a.warmup + a.window + 3))] + extra + [a.db]
+           "-c", str(a.clients), "-j", str(a.jobs), "-P", "1", "-T", "36000"] + extra + [a.db]
+    started = time.time()
     bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in bench.stdout:
+        lines.append(line)
+        if line.startswith("progress:"):
+            break
+    else:
+        sys.exit("pgbench ended before it started:\n" + "".join(lines))
+    connected = time.time() - started
+    drain = threading.Thread(target=lambda: lines.extend(bench.stdout), daemon=True)
+    drain.start()
     time.sleep(a.warmup)
-    s0, m0, n0, t0 = snapshot(), machine_cpu(), commits(a), time.time()
+    # Reading /proc for thousands of processes takes seconds: each process's
+    # CPU is counted from about the middle of the first reading to about the
+    # middle of the second, and the commits (read before the first and after
+    # the second) are scaled to that span.
+    ta, n0, m0 = time.time(), commits(a), machine_cpu()
+    s0 = snapshot()
+    tb = time.time()
     if a.perf:
         # perf's own CPU time lands in the window too; it shows as "perf".
         subprocess.run(["perf", "record", "-a", "-g", "-F", str(PERF_HZ), "-o", a.perf + ".data", "--",
                         "sleep", str(a.window)], capture_output=True, check=True)
     else:
         time.sleep(a.window)
-    s1, m1, n1, t1 = snapshot(), machine_cpu(), commits(a), time.time()
-    out = bench.communicate()[0]
-    if bench.returncode != 0:
-        sys.exit("pgbench failed:\n" + out)
+    tc = time.time()
+    s1 = snapshot()
+    n1, m1, td = commits(a), machine_cpu(), time.time()
+    if bench.poll() is not None:
+        sys.exit("pgbench ended during the window:\n" + "".join(lines))
+    bench.terminate()
+    bench.wait()
 
     hz = os.sysconf("SC_CLK_TCK")
-    n = max(n1 - n0, 1)
-    wall = t1 - t0
+    wall = (tc + td) / 2 - (ta + tb) / 2
+    n = max(round((n1 - n0) * wall / (td - ta)), 1)
     total = m1[0] - m0[0]
-    print("pgbench: " + " ".join(cmd[1:]))
-    print("window %.1f s, %d commits (%.0f/s)" % (wall, n1 - n0, (n1 - n0) / wall))
-    print("machine: " + ", ".join("%s %.1f%%" % (name, 100.0 * (m1[1][i] - m0[1][i]) / total)
-                                  for i, name in enumerate(STAT_NAMES)))
+    print("pgbench: " + " ".join(cmd[1:]) + " (stopped after the window)")
+    print("clients connected after %.1f s; window %.1f s (reading /proc took %.1f s and %.1f s), "
+          "%d commits (%.0f/s)" % (connected, wall, tb - ta, td - tc, n, n / wall))
+    print("machine (from the first reading's start to the second's end): "
+          + ", ".join("%s %.1f%%" % (name, 100.0 * (m1[1][i] - m0[1][i]) / total)
+                      for i, name in enumerate(STAT_NAMES)))
     agg = {}
     for pid, (comm, cpu, flt, vcs, ivcs) in s1.items():
         if pid in s0 and s0[pid][0] == comm:
@@ -129,7 +158,8 @@ def main(argv):
         print("%-22s %6d %7.2f   %22.0f %7.1f %6.2f %6.2f" % (
             comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
     if a.perf:
-        perf_summary(a.perf, " ".join(cmd[1:]), (n1 - n0) / wall, n)
+        # perf saw only the sleep between the readings.
+        perf_summary(a.perf, " ".join(cmd[1:]), n / wall, max(round((n1 - n0) * (tc - tb) / (td - ta)), 1))
 
 
 def per_commit_table(path, commits):
