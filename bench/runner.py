@@ -66,11 +66,17 @@ class Runner:
         self.sample_note = ""
 
     # -- cleanup ------------------------------------------------------------
-    def cleanup(self):
+    def kill_clients(self):
+        """Stop the run's pgbench and its idle sessions, if still running,
+        and reap them."""
         for p in (self.pgbench, self.idle):
-            if p is not None and p.poll() is None:
-                p.kill()
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
                 p.wait()
+
+    def cleanup(self):
+        self.kill_clients()
         if self.bouncer is not None:
             self.bouncer.stop()
             self.bouncer = None
@@ -218,11 +224,7 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - becomes a failed run
             errs.append("harness: %s" % str(e).strip().replace("\n", " ")[:300])
         had_idle = self.idle is not None
-        for p in (self.pgbench, self.idle):
-            if p is not None:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+        self.kill_clients()
         self.pgbench = self.idle = None
         if had_idle:
             self.idle_gone()
