@@ -112,7 +112,10 @@ node_stop_now() {
 cleanup() {
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
   for n in "${nodes[@]}"; do node_stop "$n"; done
-  for n in "${nodes[@]}"; do [ -f "$root/$n.log" ] && cp "$root/$n.log" "$out/runs/server-$n.log"; done
+  # The copies name the temporary cluster directory WORKDIR.
+  for n in "${nodes[@]}"; do
+    [ -f "$root/$n.log" ] && sed "s|$root|WORKDIR|g" "$root/$n.log" >"$out/runs/server-$n.log"
+  done
   if [ $keep = 1 ]; then echo "cluster data kept in $root"; else rm -rf "$root"; fi
 }
 trap cleanup EXIT
