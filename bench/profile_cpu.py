@@ -20,6 +20,10 @@ Usage (as root, the server and PgBouncer already running):
 pgbench options after `--` replace the default workload (TPC-B), e.g.
   python3 bench/profile_cpu.py --port 25432 -- -f bench/slow_client.sql -s 10
 
+With --sysbench oltp_read_write the client is sysbench with -c threads, on
+the tables bench.py prepares (4 of 100000 rows by default); --ps-mode
+disable through PgBouncer, which cannot carry prepared statements.
+
 With --perf FILE it also records a system-wide call-graph profile over the
 same window (`perf record -a -g`) and writes its summary to FILE: the share
 of all samples per command and library, and the top symbols of the
@@ -35,6 +39,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from sysbench import common_args as sysbench_args
 
 STAT_NAMES = "user nice system idle iowait irq softirq steal".split()
 # perf record sampling frequency (per CPU).
@@ -76,7 +82,7 @@ def commits(args):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=25432, help="where pgbench connects (server or PgBouncer)")
+    p.add_argument("--port", type=int, default=25432, help="where the client connects (server or PgBouncer)")
     p.add_argument("--stats-port", type=int, help="the server itself, for xact_commit (default --port)")
     p.add_argument("--user", default="bench")
     p.add_argument("--db", default="bench")
@@ -87,26 +93,43 @@ def main(argv):
     p.add_argument("--top", type=int, default=6, help="command names shown")
     p.add_argument("--pg-bin", default="/usr/lib/postgresql/15/bin")
     p.add_argument("--perf", metavar="FILE", help="also profile the window with perf; summary to FILE")
+    p.add_argument("--sysbench", metavar="SCRIPT",
+                   help="run sysbench SCRIPT (oltp_read_write, oltp_read_only) instead of pgbench, "
+                        "-c threads, on the tables bench.py prepares")
+    p.add_argument("--ps-mode", default="auto", choices=["auto", "disable"],
+                   help="sysbench --db-ps-mode: auto prepares on the server, disable (through PgBouncer) does not")
+    p.add_argument("--sysbench-tables", type=int, default=4)
+    p.add_argument("--sysbench-table-size", type=int, default=100000)
     a, extra = p.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     a.stats_port = a.stats_port or a.port
 
-    # pgbench runs until the window is over and is then stopped: its -T
-    # counts from its start, connections included, and opening thousands
+    # The client runs until the window is over and is then stopped: pgbench
+    # counts -T from its start, connections included, and opening thousands
     # of them can take longer than the warm-up (the window would then run
-    # past pgbench's end and count its backends' exits). -P 1 prints the
-    # first progress line once every client is connected.
-    cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", a.host, "-p", str(a.port), "-U", a.user, "-n",
-           "-c", str(a.clients), "-j", str(a.jobs), "-P", "1", "-T", "36000"] + extra + [a.db]
+    # past pgbench's end and count its backends' exits). pgbench's first
+    # progress line (-P 1) and sysbench's "Threads started!" come once every
+    # client is connected.
+    if a.sysbench:
+        cmd = (["sysbench", a.sysbench]
+               + sysbench_args(a.host, a.port, a.user, a.db, a.sysbench_tables, a.sysbench_table_size)
+               + ["--threads=%d" % a.clients, "--time=36000", "--db-ps-mode=%s" % a.ps_mode,
+                  "--report-interval=1"] + extra + ["run"])
+        ready = "Threads started!"
+    else:
+        cmd = [os.path.join(a.pg_bin, "pgbench"), "-h", a.host, "-p", str(a.port), "-U", a.user, "-n",
+               "-c", str(a.clients), "-j", str(a.jobs), "-P", "1", "-T", "36000"] + extra + [a.db]
+        ready = "progress:"
+    client = os.path.basename(cmd[0])
     started = time.time()
     bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in bench.stdout:
         lines.append(line)
-        if line.startswith("progress:"):
+        if line.startswith(ready):
             break
     else:
-        sys.exit("pgbench ended before it started:\n" + "".join(lines))
+        sys.exit("%s ended before it started:\n%s" % (client, "".join(lines)))
     connected = time.time() - started
     drain = threading.Thread(target=lambda: lines.extend(bench.stdout), daemon=True)
     drain.start()
@@ -128,7 +151,7 @@ def main(argv):
     s1 = snapshot()
     n1, m1, td = commits(a), machine_cpu(), time.time()
     if bench.poll() is not None:
-        sys.exit("pgbench ended during the window:\n" + "".join(lines))
+        sys.exit("%s ended during the window:\n%s" % (client, "".join(lines)))
     bench.terminate()
     bench.wait()
 
@@ -136,7 +159,7 @@ def main(argv):
     wall = (tc + td) / 2 - (ta + tb) / 2
     n = max(round((n1 - n0) * wall / (td - ta)), 1)
     total = m1[0] - m0[0]
-    print("pgbench: " + " ".join(cmd[1:]) + " (stopped after the window)")
+    print("%s: %s (stopped after the window)" % (client, " ".join(cmd[1:])))
     print("clients connected after %.1f s; window %.1f s (reading /proc took %.1f s and %.1f s), "
           "%d commits (%.0f/s)" % (connected, wall, tb - ta, td - tc, n, n / wall))
     print("machine (from the first reading's start to the second's end): "
@@ -159,7 +182,7 @@ def main(argv):
             comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
     if a.perf:
         # perf saw only the sleep between the readings.
-        perf_summary(a.perf, " ".join(cmd[1:]), n / wall, max(round((n1 - n0) * (tc - tb) / (td - ta)), 1))
+        perf_summary(a.perf, " ".join(cmd), n / wall, max(round((n1 - n0) * (tc - tb) / (td - ta)), 1))
 
 
 def per_commit_table(path, commits):
@@ -188,7 +211,7 @@ def perf_summary(path, command, tps, commits):
                             "--percent-limit", limit] + list(args), capture_output=True, text=True, check=True)
         return "\n".join(line for line in r.stdout.splitlines() if line.strip() and not line.startswith("#"))
     parts = [
-        "# perf record -a -g over the window of: pgbench %s (%.0f commits/s)" % (command, tps),
+        "# perf record -a -g over the window of: %s (%.0f commits/s)" % (command, tps),
         "# share of all samples, by command and library (perf report --sort comm,dso)",
         report("--sort", "comm,dso"),
         "",

@@ -10,7 +10,11 @@
 #   bash bench/profile_pair.sh --bare -c 1000 -r 2 -- -f bench/slow_client.sql -s 10
 #   bash bench/profile_pair.sh -r 2 --perf DIR   # also perf profiles: DIR/gate-1000-1.txt, DIR/pool-1000-1.txt...
 #   bash bench/profile_pair.sh -c 4000 -p 8 --pin 0:1 --warmup 45   # pgbench on CPU 0, the server on 1
+#   bash bench/profile_pair.sh --sysbench oltp_read_write -c 256 -r 2 --perf DIR   # sysbench, 256 threads
 #
+# --sysbench SCRIPT runs sysbench instead of pgbench (prepared statements
+# straight at the server, none through PgBouncer, as bench.py does), on 4
+# sbtest tables of 100000 rows, made here when the cluster has others.
 # --pin CLIENT:SERVER starts the server (and so every backend) and PgBouncer
 # under taskset on SERVER and pgbench on CLIENT, as bench.py --pin does.
 # max_connections is raised to the clients plus 100 where it is lower.
@@ -28,7 +32,8 @@ source "$(dirname "$0")/../scripts/pg_env.sh"
 PG_BIN=${PG_BIN:-$PG_BINDIR}
 source "$here/../scripts/cluster.sh"   # as_pg; the cluster itself is bench/run.sh's
 work=/var/tmp/pg_gatekeeper_bench
-clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir= pin=
+clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir= pin= sysbench=
+sb_tables=4 sb_size=100000
 while [[ $# -gt 0 ]]; do
   case $1 in
     -c) clients=$2; shift 2 ;;
@@ -42,7 +47,8 @@ while [[ $# -gt 0 ]]; do
     --perf) perfdir=$2; shift 2 ;;
     --) shift; break ;;
     --pin) pin=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --sysbench) sysbench=$2; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -93,7 +99,19 @@ trap cleanup EXIT
 psql() { as_pg "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
 
 pg -o "-c huge_pages=on -c max_connections=$maxconn" start
-if [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then
+if [[ -n $sysbench ]]; then
+  sb=(--db-driver=pgsql --pgsql-host=127.0.0.1 --pgsql-port="$port" --pgsql-user=bench --pgsql-password=
+      --pgsql-db=bench --tables=$sb_tables --table-size=$sb_size)
+  have=$(psql -d bench -Atc "SELECT count(*) FILTER (WHERE relname ~ '^sbtest[0-9]+$'),
+                                    (SELECT count(*) FROM sbtest1 WHERE to_regclass('sbtest1') IS NOT NULL)
+                             FROM pg_class WHERE relkind = 'r'" 2>/dev/null || true)
+  if [[ $have != "$sb_tables|$sb_size" ]]; then
+    echo "preparing sysbench's $sb_tables tables of $sb_size rows ..."
+    sysbench oltp_read_write "${sb[@]}" cleanup >/dev/null
+    sysbench oltp_read_write "${sb[@]}" --threads="$(nproc)" prepare >/dev/null
+    psql -d bench -qc "VACUUM ANALYZE" -c "CHECKPOINT"
+  fi
+elif [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then
   echo "loading pgbench -i -s $scale ..."
   "$PG_BIN/pgbench" -i -q -s "$scale" -h "$work/sock" -p "$port" -U bench bench >/dev/null 2>&1
   psql -d bench -qc "VACUUM ANALYZE" -c "CHECKPOINT"
@@ -107,7 +125,10 @@ if ((!bare)); then
   chown postgres "$bini"
 fi
 
-prof() { "${on_client[@]}" python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 "$@"; }
+client=()
+[[ -n $sysbench ]] && client=(--sysbench "$sysbench" --sysbench-tables "$sb_tables" --sysbench-table-size "$sb_size")
+prof() { "${on_client[@]}" python3 "$here/profile_cpu.py" -c "$clients" --warmup "$warmup" --window "$window" --top 6 \
+           "${client[@]}" "$@"; }
 # --perf NAME: a perf profile of the window into the perf directory, if asked for.
 perf_to() { [[ -n $perfdir ]] && echo --perf "$perfdir/$1-$clients-$r.txt"; true; }
 [[ -n $perfdir ]] && mkdir -p "$perfdir"
@@ -130,7 +151,7 @@ for r in $(seq "$rounds"); do
     echo "=== round $r: PgBouncer pool $pool, $clients clients"
     # runuser resets the soft open-file limit to 1024: too few for 1000 clients.
     as_pg "${on_server[@]}" prlimit --nofile=$((clients + pool + 200)): pgbouncer -d "$bini"
-    prof --port "$bport" --stats-port "$port" $(perf_to pool) "$@"
+    prof --port "$bport" --stats-port "$port" --ps-mode disable $(perf_to pool) "$@"
     kill "$(cat "$work/pgbouncer-$pool/pgbouncer.pid")"
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
   fi
