@@ -6,15 +6,14 @@ commit differs most, with each side's total.
 
     python3 bench/perf_diff.py DIR/gate-200-1.txt.syms.tsv DIR/bare-200-1.txt.syms.tsv
 
---sum NAME=REGEX (repeatable) also prints, for the postgres processes,
-the total of the symbols whose name matches REGEX, e.g. `--sum
-snapshot=GetSnapshotData|XidInMVCCSnapshot`; `--sum user=` and `--sum
-kernel=` are reserved for the postgres processes' user-space and kernel
-totals, which are always printed.
+For the postgres processes it also prints their user-space and kernel
+totals and, for each --sum NAME=REGEX (repeatable), the total of the
+symbols whose name matches REGEX, e.g. `--sum
+snapshot='GetSnapshotData|XidInMVCCSnapshot'`.
 """
 import argparse
-import re
 import csv
+import re
 from collections import defaultdict
 
 

@@ -3,10 +3,10 @@
 
 Runs pgbench (TPC-B by default) against a server that is already running,
 waits until every client is connected and then for the warm-up, reads
-/proc for every process twice, WINDOW seconds apart, and stops pgbench:
-CPU time (utime + stime), minor page faults and context
-switches, summed per command name (postgres, pgbench, pgbouncer, kernel
-threads). Divided by the transactions committed in the window
+/proc for every process twice, WINDOW seconds apart, and stops the client:
+CPU time (utime + stime), minor page faults and context switches, summed
+per command name (postgres, the client, pgbouncer, kernel threads).
+Divided by the transactions committed in the window
 (pg_stat_database.xact_commit), that gives the cost of one transaction in
 each process family, plus the machine's CPU split from /proc/stat.
 

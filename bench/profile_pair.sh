@@ -102,10 +102,9 @@ pg -o "-c huge_pages=on -c max_connections=$maxconn" start
 if [[ -n $sysbench ]]; then
   sb=(--db-driver=pgsql --pgsql-host=127.0.0.1 --pgsql-port="$port" --pgsql-user=bench --pgsql-password=
       --pgsql-db=bench --tables=$sb_tables --table-size=$sb_size)
-  have=$(psql -d bench -Atc "SELECT count(*) FILTER (WHERE relname ~ '^sbtest[0-9]+$'),
-                                    (SELECT count(*) FROM sbtest1 WHERE to_regclass('sbtest1') IS NOT NULL)
-                             FROM pg_class WHERE relkind = 'r'" 2>/dev/null || true)
-  if [[ $have != "$sb_tables|$sb_size" ]]; then
+  tables=$(psql -d bench -Atc "SELECT count(*) FROM pg_class WHERE relkind = 'r' AND relname ~ '^sbtest[0-9]+$'")
+  rows=$(psql -d bench -Atc "SELECT count(*) FROM sbtest1" 2>/dev/null || echo 0)
+  if [[ $tables != "$sb_tables" || $rows != "$sb_size" ]]; then
     echo "preparing sysbench's $sb_tables tables of $sb_size rows ..."
     sysbench oltp_read_write "${sb[@]}" cleanup >/dev/null
     sysbench oltp_read_write "${sb[@]}" --threads="$(nproc)" prepare >/dev/null
