@@ -156,8 +156,13 @@ def main(argv):
     bench.wait()
 
     hz = os.sysconf("SC_CLK_TCK")
+
+    def commits_in(span):
+        """The commits of `span` seconds at the rate from ta to td."""
+        return max(round((n1 - n0) * span / (td - ta)), 1)
+
     wall = (tc + td) / 2 - (ta + tb) / 2
-    n = max(round((n1 - n0) * wall / (td - ta)), 1)
+    n = commits_in(wall)
     total = m1[0] - m0[0]
     print("%s: %s (stopped after the window)" % (client, " ".join(cmd[1:])))
     print("clients connected after %.1f s; window %.1f s (reading /proc took %.1f s and %.1f s), "
@@ -182,7 +187,7 @@ def main(argv):
             comm[:22], x[4], x[0] / hz / wall, x[0] / hz / n * 1e6, x[1] / n, x[2] / n, x[3] / n))
     if a.perf:
         # perf saw only the sleep between the readings.
-        perf_summary(a.perf, " ".join(cmd), n / wall, max(round((n1 - n0) * (tc - tb) / (td - ta)), 1))
+        perf_summary(a.perf, " ".join(cmd), n / wall, commits_in(tc - tb))
 
 
 def per_commit_table(path, commits):
