@@ -69,14 +69,17 @@ for wl in workloads:
         out.append(f"| {wl} | {cf} | {tps} | {ratio} | {'**%d of %d**' % (hung, len(rs)) if hung else '0 of %d' % len(rs)} | "
                    f"{'**%d**' % stuck if stuck else '0'} | {ov} | {mq} | {lines} | {fa} |")
 
-side = [r for r in rows if r["workload"] in ("mixed", "index")]
+side = [wl for wl in workloads if any(r["side"] for r in rows if r["workload"] == wl)]
 if side:
-    out.append("\nSide jobs (each round): mixed = a loop of multi-shard UPDATEs of tellers (its tps) and a loop of "
+    out.append("\nSide jobs and figures (each round): mixed = a loop of multi-shard UPDATEs of tellers (its tps) and a loop of "
                "\\copy of 2000 rows into history (copies done) beside TPC-B at 32; index = CREATE INDEX, DROP, "
-               "CREATE INDEX CONCURRENTLY, DROP on accounts during TPC-B at 32 (seconds each).\n")
+               "CREATE INDEX CONCURRENTLY, DROP on accounts during TPC-B at 32 (seconds each); idle-C-N = TPC-B at C "
+               "clients beside N sessions that each ended one TPC-B transaction and then idle (how many were warm "
+               "when the run began); rate-R-C = TPC-B at C clients held to R transactions a second in all "
+               "(pgbench --rate): the latency and the lag behind pgbench's schedule.\n")
     out.append("| workload | config | side jobs |")
     out.append("|---|---|---|")
-    for wl in ("mixed", "index"):
+    for wl in side:
         for cf in configs:
             rs = [r for r in rows if r["workload"] == wl and r["config"] == cf]
             if not rs:

@@ -15,7 +15,11 @@
 # which Citus breaks after 2 x deadlock_timeout); mixed (TPC-B at 32
 # beside a loop of multi-shard UPDATEs and a loop of \copy into history);
 # index (TPC-B at 32 while CREATE INDEX, then CREATE INDEX CONCURRENTLY,
-# run on accounts).
+# run on accounts); idle-C-N (TPC-B at C clients beside N warm idle
+# sessions: each ended one TPC-B transaction, so it holds Citus's
+# connections into the workers); rate-R-C (TPC-B at C clients held to R
+# transactions a second in all, pgbench --rate: what a transaction costs
+# when its session's backends sat idle between turns).
 # A run hangs when it has not finished within duration + --hang-after s:
 # the gate's views and pg_stat_activity are recorded on every node, the
 # clients are killed, and the cluster is restarted if it stays stuck.
@@ -51,7 +55,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --pg) PG_MAJOR=$2; shift ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -261,6 +265,21 @@ EOF
 }
 transfer_script "$wdir/explicit.sql" aid_pairs npairs a1 a2 pgbench_accounts aid abalance
 transfer_script "$wdir/hot.sql" hot_pairs nhot t1 t2 pgbench_tellers tid tbalance
+# One TPC-B transaction, then asleep: a session that is connected and warm
+# (it holds Citus's connections into both workers) but idle. (pgbench's
+# \sleep counts microseconds in an int: 2000 s is near its most.)
+cat >"$wdir/once.sql" <<'EOF'
+\set aid random(1, 100000 * :scale)
+\set bid random(1, 1 * :scale)
+\set tid random(1, 10 * :scale)
+\set delta random(-5000, 5000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
+UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
+END;
+\sleep 2000 s
+EOF
 cat >"$wdir/msupdate.sql" <<'EOF'
 \set r random(0, 9)
 UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid % 10 = :r;
@@ -334,6 +353,21 @@ index_job() {
     awk -v a="$t" -v b="$EPOCHREALTIME" -v st="$stmt: $s" 'BEGIN {printf "%s in %.1f s\n", st, b - a}' >>"$rdir/index.out"
   done
 }
+# N warm idle sessions on the coordinator (once.sql); waits until all of
+# them have ended their transaction (up to 60 s; warm = how many did).
+# Their pgbench (idle_pid) is stopped by run_one.
+idle_sessions() { # n
+  "$PGBENCH" -n -c "$1" -j 1 -T $((duration + hang_after + 120)) -f "$wdir/once.sql" \
+    -h 127.0.0.1 -p "${port[coord]}" -U app postgres >"$rdir/idle.out" 2>"$rdir/idle.err" &
+  idle_pid=$!
+  local i
+  warm=0
+  for i in $(seq 1 120); do
+    warm=$(q coord postgres -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app' AND state = 'idle' AND query ~ '^END'")
+    [ "$warm" -ge "$1" ] && break
+    sleep 0.5
+  done
+}
 sampler() { # node: the gate's counters every 500 ms over one exempt connection
   # (columns: time, queued, admitted, overflow_total, then the limit, tickets,
   # why the limit last moved, running holders and the CPUs' idle share)
@@ -347,7 +381,7 @@ run_one() { # round config workload
   local round=$1 config=$2 wl=$3 clients
   rdir=$out/runs/r$round-$config-$wl
   mkdir -p "$rdir"
-  run_pids=() sampler_pids=()
+  run_pids=() sampler_pids=() idle_pid=
   declare -A ov0 off0
   for n in "${nodes[@]}"; do
     off0[$n]=$(log_size "$n")
@@ -364,8 +398,13 @@ run_one() { # round config workload
     index) clients=32
       pgbench_run main 32
       index_job & run_pids+=($!) ;;
+    idle-*) clients=${wl#idle-}; local parked=${clients#*-}; clients=${clients%-*}
+      idle_sessions "$parked"
+      pgbench_run main "$clients" ;;
+    rate-*) clients=${wl#rate-}; local rate=${clients%-*}; clients=${clients#*-}
+      pgbench_run main "$clients" --rate "$rate" ;;
   esac
-  bg_pids=("${run_pids[@]}" "${sampler_pids[@]}")
+  bg_pids=("${run_pids[@]}" "${sampler_pids[@]}" $idle_pid)
   local deadline=$((SECONDS + duration + hang_after)) mid=$((SECONDS + duration / 2)) snapped=no hang=no stuck=no p
   while :; do
     if [ $snapped = no ] && [ $SECONDS -ge $mid ]; then
@@ -393,8 +432,8 @@ run_one() { # round config workload
     sleep 1
   done
   wait "${run_pids[@]}" 2>/dev/null
-  for p in "${sampler_pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait "${sampler_pids[@]}" 2>/dev/null
+  for p in "${sampler_pids[@]}" $idle_pid; do kill "$p" 2>/dev/null; done
+  wait "${sampler_pids[@]}" $idle_pid 2>/dev/null
   bg_pids=()
 
   local tps failed aborted zero side=""
@@ -406,6 +445,11 @@ run_one() { # round config workload
   case $wl in
     mixed) side="msupdate tps $(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' "$rdir/msupdate.out"); $(cat "$rdir/copy.out" 2>/dev/null)" ;;
     index) side=$(tr '\n' ';' <"$rdir/index.out" 2>/dev/null) ;;
+    idle-*) side="$warm of $parked idle sessions warm" ;;
+    # The whole run's average latency counts each backend's first
+    # transaction (Citus connects to the workers then); the last 5 s
+    # interval's (pgbench -P 5) is warm.
+    rate-*) side="latency avg $(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$rdir/main.out") ms (last 5 s: $(sed -n 's/^progress: .* lat \([0-9.]*\) ms.*/\1/p' "$rdir/main.err" | tail -1) ms), schedule lag avg $(sed -n 's/^rate limit schedule lag: avg \([0-9.]*\) .*/\1/p' "$rdir/main.out") ms" ;;
   esac
   local ovs=() mq=() lim=() prog=0 brk=0 dl=0 n d
   for n in "${nodes[@]}"; do
