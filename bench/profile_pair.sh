@@ -100,14 +100,14 @@ psql() { as_pg "$PG_BIN/psql" -h "$work/sock" -p "$port" "$@"; }
 
 pg -o "-c huge_pages=on -c max_connections=$maxconn" start
 if [[ -n $sysbench ]]; then
-  sb=(--db-driver=pgsql --pgsql-host=127.0.0.1 --pgsql-port="$port" --pgsql-user=bench --pgsql-password=
-      --pgsql-db=bench --tables=$sb_tables --table-size=$sb_size)
   tables=$(psql -d bench -Atc "SELECT count(*) FROM pg_class WHERE relkind = 'r' AND relname ~ '^sbtest[0-9]+$'")
   rows=$(psql -d bench -Atc "SELECT count(*) FROM sbtest1" 2>/dev/null || echo 0)
   if [[ $tables != "$sb_tables" || $rows != "$sb_size" ]]; then
     echo "preparing sysbench's $sb_tables tables of $sb_size rows ..."
-    sysbench oltp_read_write "${sb[@]}" cleanup >/dev/null
-    sysbench oltp_read_write "${sb[@]}" --threads="$(nproc)" prepare >/dev/null
+    mapfile -t sb_cleanup < <(python3 "$here/sysbench.py" cleanup "$port" "$sb_tables" "$sb_size")
+    mapfile -t sb_prepare < <(python3 "$here/sysbench.py" prepare "$port" "$sb_tables" "$sb_size" "$(nproc)")
+    "${sb_cleanup[@]}" >/dev/null
+    "${sb_prepare[@]}" >/dev/null
     psql -d bench -qc "VACUUM ANALYZE" -c "CHECKPOINT"
   fi
 elif [[ $(psql -d bench -Atc "SELECT count(*) FROM pgbench_branches") != "$scale" ]]; then

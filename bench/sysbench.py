@@ -52,6 +52,11 @@ def prepare_cmd(host, port, user, db, tables, table_size, threads):
         "--threads=%d" % max(1, min(threads, tables)), "prepare"]
 
 
+def cleanup_cmd(host, port, user, db, tables, table_size):
+    """Drop the sbtest tables."""
+    return ["sysbench", "oltp_read_write"] + common_args(host, port, user, db, tables, table_size) + ["cleanup"]
+
+
 def run_cmd(workload, host, port, user, db, tables, table_size, threads, duration, warmup, ps_mode):
     """sysbench run: `duration` seconds of `threads` clients, statistics reset
     after `warmup` seconds (none when 0), a report every second for tps."""
@@ -150,3 +155,20 @@ def parse_sysbench(out, warmup=0, duration=None):
     res["tps_by_5s"] = [round(window_tps(series, b, b + 5)[0] or 0) for b in range(0, int(series[-1][0]) - 4, 5)
                         ] if series else []
     return res
+
+
+if __name__ == "__main__":
+    # For the shell scripts (bench/profile_pair.sh): the prepare or cleanup
+    # command against the bench cluster (127.0.0.1, role and database
+    # bench), one argument per line.
+    #   python3 bench/sysbench.py prepare PORT TABLES SIZE THREADS
+    #   python3 bench/sysbench.py cleanup PORT TABLES SIZE
+    import sys
+    what, port, tables, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if what == "prepare":
+        cmd = prepare_cmd("127.0.0.1", port, "bench", "bench", tables, size, int(sys.argv[5]))
+    elif what == "cleanup":
+        cmd = cleanup_cmd("127.0.0.1", port, "bench", "bench", tables, size)
+    else:
+        sys.exit("usage: sysbench.py prepare|cleanup PORT TABLES SIZE [THREADS]")
+    print("\n".join(cmd))
