@@ -60,6 +60,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+for wl in $workloads; do
+  [[ $wl =~ ^(tpcb|explicit|hot)-[0-9]+$ || $wl =~ ^(idle|rate)-[0-9]+-[0-9]+$ || $wl = mixed || $wl = index ]] ||
+    { echo "unknown workload $wl (--help lists them)" >&2; exit 2; }
+done
 [ "$(id -u)" = 0 ] || { echo "run as root (servers run as postgres)" >&2; exit 2; }
 source scripts/pg_env.sh
 unset RUST_BACKTRACE
