@@ -27,7 +27,7 @@ import sys
 from pgbench import WORKLOADS
 from runner import IDLE_SLEEP_S
 from schedule import Schedule
-from sysbench import SYSBENCH_WORKLOADS
+from sysbench import SYSBENCH_WORKLOADS, TABLE_SIZE as SYSBENCH_TABLE_SIZE, TABLES as SYSBENCH_TABLES
 from util import HERE, cpu_list, log, parse_list, pick_port, pin_split
 
 
@@ -50,8 +50,8 @@ def parse_args(argv):
                         "1000 clients are 1000 new backends, each loading its caches on its first "
                         "transactions (default 8: 8 s more at 1000 clients; 0 = none)")
     p.add_argument("--scale", type=int, default=10, help="pgbench -i scale")
-    p.add_argument("--sysbench-tables", type=int, default=4, help="sysbench --tables (prepared once per cluster)")
-    p.add_argument("--sysbench-table-size", type=int, default=100000, help="sysbench --table-size, rows per table")
+    p.add_argument("--sysbench-tables", type=int, default=SYSBENCH_TABLES, help="sysbench --tables (prepared once per cluster)")
+    p.add_argument("--sysbench-table-size", type=int, default=SYSBENCH_TABLE_SIZE, help="sysbench --table-size, rows per table")
     p.add_argument("--configs", default="bare,pgbouncer,gatekeeper",
                    help="comma list of configuration families: bare, pgbouncer, gatekeeper")
     p.add_argument("--pools", default="2xcpu,8,32", help="PgBouncer pool sizes ('2xcpu' = 2 x CPUs)")

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 
-from sysbench import common_args as sysbench_args
+from sysbench import TABLE_SIZE as SYSBENCH_TABLE_SIZE, TABLES as SYSBENCH_TABLES, common_args as sysbench_args
 
 STAT_NAMES = "user nice system idle iowait irq softirq steal".split()
 # perf record sampling frequency (per CPU).
@@ -98,8 +98,8 @@ def main(argv):
                         "-c threads, on the tables bench.py prepares")
     p.add_argument("--ps-mode", default="auto", choices=["auto", "disable"],
                    help="sysbench --db-ps-mode: auto prepares on the server, disable (through PgBouncer) does not")
-    p.add_argument("--sysbench-tables", type=int, default=4)
-    p.add_argument("--sysbench-table-size", type=int, default=100000)
+    p.add_argument("--sysbench-tables", type=int, default=SYSBENCH_TABLES)
+    p.add_argument("--sysbench-table-size", type=int, default=SYSBENCH_TABLE_SIZE)
     a, extra = p.parse_known_args(argv)
     extra = [x for x in extra if x != "--"]
     a.stats_port = a.stats_port or a.port

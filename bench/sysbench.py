@@ -31,6 +31,11 @@ SYSBENCH_WORKLOADS = {
     "sysbench-ro": ("sysbench oltp_read_only (16 statements per transaction)", "oltp_read_only"),
 }
 
+# The sbtest tables the benchmark prepares when not told otherwise
+# (bench.py --sysbench-tables, --sysbench-table-size; profile_cpu.py).
+TABLES = 4
+TABLE_SIZE = 100000
+
 # sysbench 1.0's latency histogram (sb_logger.c): 1024 buckets on a log scale
 # from 0.001 ms to 100 s, each about 1.8 % wider than the one before.
 HIST_RE = re.compile(r"^\s*([\d.]+) \|\**\s+(\d+)\s*$", re.M)
