@@ -82,8 +82,9 @@ fn the_exporter_reports_what_the_views_say() {
     );
     // total_sessions is a point-in-time count of gated sessions: a
     // connection that opens or closes between the scrape and the view's read
-    // is in one and not the other (CI saw 3 against 2 once). So scrape and read again until
-    // the two agree; a wrong figure never does, and the test times out.
+    // is in one and not the other (CI saw 3 against 2 once). So scrape and
+    // read again until the two agree; a wrong figure never does, and the
+    // test times out.
     let mut metrics = String::new();
     let mut s = c.status();
     wait_until(
