@@ -88,7 +88,10 @@ impl Adapt {
                 .filter(|&(_, a, e)| admitted >= a && ended >= e)
                 .map(|(_, _, e)| (ended - e) as f64 * 1e6 / us as f64),
             Window::Restart => {
+                // Both sums restart with their count: a spare sum carried
+                // over a restart once averaged 2-5 over a quiet spell.
                 self.idle = (0.0, 0);
+                self.spare = 0.0;
                 None
             }
         };
@@ -294,6 +297,7 @@ fn sample_and_steer(
         (busy, working::count(&seen), computing)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
+    let mut window_line = None;
     let h = shmem::with_gate_waking(|mut l, wake| {
         for &(i, act) in &changes {
             // The slot may have released since we looked: then nothing
@@ -366,14 +370,33 @@ fn sample_and_steer(
                 computing: l.status.computing_avg,
             };
             let lend_turn = lend_on && adapt.lend.probing();
+            let cap_was = adapt.lend.cap(h.limit, l.status.ceiling);
             let moved = if lend_turn { None } else { adapt.climber.next_limit(signals) };
+            let mut lent = None;
             if let Some((limit, reason)) = moved {
                 l.status.reason = reason as u8;
                 l.status.changed_at_us = now;
                 l.gate.set_limit(limit, l.status.ceiling, now, wake);
             } else if lend_on && (lend_turn || !adapt.climber.probing()) {
-                adapt.lend.next(lend_signals);
+                lent = adapt.lend.next(lend_signals);
             }
+            // One line a window at DEBUG1, for a DBA asking why the limit or
+            // the cap moved (or did not); logged once the lock is released.
+            window_line = Some(format!(
+                "pg_gatekeeper window: {:.0} tps, limit {} -> {}, lend cap {} -> {}, tickets {}, \
+                 running {:.1}, working {:.1}, queued {}, cpu idle {:.3} (spare {:.3})",
+                tput,
+                h.limit,
+                moved.map_or(h.limit, |m| m.0),
+                cap_was,
+                lent.map_or_else(|| "=".to_string(), |c| c.to_string()),
+                h.tickets,
+                signals.running,
+                signals.working,
+                h.queued,
+                signals.cpu_idle,
+                lend_signals.cpu_spare,
+            ));
         }
         let h = *l.gate.header();
         // Sessions held back by their class's cap are not sessions a ticket
@@ -405,6 +428,9 @@ fn sample_and_steer(
         }
         *l.gate.header()
     });
+    if let Some(line) = window_line {
+        pgrx::debug1!("{line}");
+    }
     // Every sample, so that a scope whose queue empties without admissions
     // (timeouts, cancels) starts a new queue's quiet time afresh.
     live.finish(scan, &h, now, gucs::progress_timeout_us());
