@@ -383,13 +383,16 @@ fn sample_and_steer(
             // One line a window at DEBUG1, for a DBA asking why the limit or
             // the cap moved (or did not); logged once the lock is released.
             window_line = Some(format!(
-                "pg_gatekeeper window: {:.0} tps, limit {} -> {}, lend cap {} -> {}, tickets {}, \
+                "pg_gatekeeper window: {:.0} tps, limit {} -> {}, lend cap {}, tickets {}, \
                  running {:.1}, working {:.1}, queued {}, cpu idle {:.3} (spare {:.3})",
                 tput,
                 h.limit,
                 moved.map_or(h.limit, |m| m.0),
-                cap_was,
-                lent.map_or_else(|| "=".to_string(), |c| c.to_string()),
+                match (lend_on, lent) {
+                    (false, _) => "off".to_string(),
+                    (true, None) => format!("{cap_was} -> ="),
+                    (true, Some(c)) => format!("{cap_was} -> {c}"),
+                },
                 h.tickets,
                 signals.running,
                 signals.working,
