@@ -100,6 +100,45 @@ impl Adapt {
     }
 }
 
+/// One throughput window: what the worker saw and what the limit and the
+/// lending cap did.
+struct WindowTrace {
+    signals: adaptive::Signals,
+    /// The limit after the window's decision (`signals.limit` before it).
+    to: u32,
+    /// The lending cap before, and where it moved (None: it did not);
+    /// None while `lend_by_throughput` is off.
+    cap: Option<(u32, Option<u32>)>,
+    tickets: u32,
+    spare: f64,
+}
+
+impl WindowTrace {
+    /// One line at DEBUG1, for a DBA asking why the limit or the cap moved
+    /// (or did not).
+    fn log(&self) {
+        let s = &self.signals;
+        let cap = match self.cap {
+            None => "off".to_string(),
+            Some((was, None)) => format!("{was} -> ="),
+            Some((was, Some(to))) => format!("{was} -> {to}"),
+        };
+        pgrx::debug1!(
+            "pg_gatekeeper window: {:.0} tps, limit {} -> {}, lend cap {cap}, tickets {}, \
+             running {:.1}, working {:.1}, queued {}, cpu idle {:.3} (spare {:.3})",
+            s.tput,
+            s.limit,
+            self.to,
+            self.tickets,
+            s.running,
+            s.working,
+            s.queued,
+            s.cpu_idle,
+            self.spare,
+        );
+    }
+}
+
 /// What the worker remembers between history samples.
 struct HistoryState {
     next_at_us: i64,
@@ -297,7 +336,7 @@ fn sample_and_steer(
         (busy, working::count(&seen), computing)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
-    let mut window_line = None;
+    let mut window = None;
     let h = shmem::with_gate_waking(|mut l, wake| {
         for &(i, act) in &changes {
             // The slot may have released since we looked: then nothing
@@ -380,26 +419,15 @@ fn sample_and_steer(
             } else if lend_on && (lend_turn || !adapt.climber.probing()) {
                 lent = adapt.lend.next(lend_signals);
             }
-            // One line a window at DEBUG1, for a DBA asking why the limit or
-            // the cap moved (or did not); logged once the lock is released.
-            window_line = Some(format!(
-                "pg_gatekeeper window: {:.0} tps, limit {} -> {}, lend cap {}, tickets {}, \
-                 running {:.1}, working {:.1}, queued {}, cpu idle {:.3} (spare {:.3})",
-                tput,
-                h.limit,
-                moved.map_or(h.limit, |m| m.0),
-                match (lend_on, lent) {
-                    (false, _) => "off".to_string(),
-                    (true, None) => format!("{cap_was} -> ="),
-                    (true, Some(c)) => format!("{cap_was} -> {c}"),
-                },
-                h.tickets,
-                signals.running,
-                signals.working,
-                h.queued,
-                signals.cpu_idle,
-                lend_signals.cpu_spare,
-            ));
+            // What the window saw and decided, copied out: it is logged once
+            // the lock is released.
+            window = Some(WindowTrace {
+                signals,
+                to: moved.map_or(h.limit, |m| m.0),
+                cap: lend_on.then_some((cap_was, lent)),
+                tickets: h.tickets,
+                spare: lend_signals.cpu_spare,
+            });
         }
         let h = *l.gate.header();
         // Sessions held back by their class's cap are not sessions a ticket
@@ -431,8 +459,8 @@ fn sample_and_steer(
         }
         *l.gate.header()
     });
-    if let Some(line) = window_line {
-        pgrx::debug1!("{line}");
+    if let Some(w) = window {
+        w.log();
     }
     // Every sample, so that a scope whose queue empties without admissions
     // (timeouts, cancels) starts a new queue's quiet time afresh.
