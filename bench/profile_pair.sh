@@ -33,7 +33,8 @@ PG_BIN=${PG_BIN:-$PG_BINDIR}
 source "$here/../scripts/cluster.sh"   # as_pg; the cluster itself is bench/run.sh's
 work=/var/tmp/pg_gatekeeper_bench
 clients=1000 pool=32 rounds=3 scale=10 warmup=15 window=15 bare=0 perfdir= pin= sysbench=
-sb_tables=4 sb_size=100000   # bench.py's defaults (bench/sysbench.py TABLES, TABLE_SIZE)
+# bench.py's sysbench tables, named once in bench/sysbench.py
+read -r sb_tables sb_size < <(python3 "$here/sysbench.py" defaults)
 while [[ $# -gt 0 ]]; do
   case $1 in
     -c) clients=$2; shift 2 ;;

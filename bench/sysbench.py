@@ -163,17 +163,21 @@ def parse_sysbench(out, warmup=0, duration=None):
 
 
 if __name__ == "__main__":
-    # For the shell scripts (bench/profile_pair.sh): the prepare or cleanup
-    # command against the bench cluster (127.0.0.1, role and database
-    # bench), one argument per line.
+    # For the shell scripts (bench/profile_pair.sh): the default tables, or
+    # the prepare or cleanup command against the bench cluster (127.0.0.1,
+    # role and database bench), one argument per line.
+    #   python3 bench/sysbench.py defaults          -> "TABLES TABLE_SIZE"
     #   python3 bench/sysbench.py prepare PORT TABLES SIZE THREADS
     #   python3 bench/sysbench.py cleanup PORT TABLES SIZE
     import sys
+    if sys.argv[1:] == ["defaults"]:
+        print(TABLES, TABLE_SIZE)
+        sys.exit(0)
     what, port, tables, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     if what == "prepare":
         cmd = prepare_cmd("127.0.0.1", port, "bench", "bench", tables, size, int(sys.argv[5]))
     elif what == "cleanup":
         cmd = cleanup_cmd("127.0.0.1", port, "bench", "bench", tables, size)
     else:
-        sys.exit("usage: sysbench.py prepare|cleanup PORT TABLES SIZE [THREADS]")
+        sys.exit("usage: sysbench.py defaults | prepare|cleanup PORT TABLES SIZE [THREADS]")
     print("\n".join(cmd))
