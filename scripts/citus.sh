@@ -39,7 +39,7 @@ cd "$(dirname "$0")/.."
 orig_args="$*"
 PG_MAJOR=15
 
-duration=20 scale=10 rounds=1 hang_after=60 port_base=55401 keep=0 smoke=0 out=
+duration=20 scale=10 rounds=1 hang_after=60 port_base=61401 keep=0 smoke=0 out=
 configs="nogate defaults small"
 workloads="tpcb-32 tpcb-128 tpcb-256 explicit-32 explicit-128 hot-32 hot-128 mixed index"
 while [ $# -gt 0 ]; do
@@ -90,6 +90,16 @@ fi
 PGBENCH=$PG_BINDIR/pgbench
 PSQL=$PG_BINDIR/psql
 nodes=(coord w1 w2)
+# Listening ports outside the kernel's ephemeral range, as bench/util.py's
+# pick_port does: an outgoing connection (pgbench's, or Citus's between the
+# nodes) may hold a port inside it, and a node then fails to start with
+# "Address already in use" (the test command's smoke run lost w1 so, on
+# 55402).
+read -r eph_lo eph_hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { eph_lo=32768 eph_hi=60999; }
+if ((port_base + 2 >= eph_lo && port_base <= eph_hi)); then
+  log "ports $port_base-$((port_base + 2)) are in the ephemeral range $eph_lo-$eph_hi: using $((eph_hi + 1))-$((eph_hi + 3))"
+  port_base=$((eph_hi + 1))
+fi
 declare -A port=([coord]=$port_base [w1]=$((port_base + 1)) [w2]=$((port_base + 2)))
 declare -A small_limit=([coord]=4 [w1]=2 [w2]=2)
 for n in "${nodes[@]}"; do
