@@ -173,11 +173,14 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["defaults"]:
         print(TABLES, TABLE_SIZE)
         sys.exit(0)
-    what, port, tables, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    usage = "usage: sysbench.py defaults | prepare PORT TABLES SIZE THREADS | cleanup PORT TABLES SIZE"
+    args = sys.argv[1:]
+    wanted = {"prepare": 5, "cleanup": 4}
+    if not args or wanted.get(args[0]) != len(args) or not all(a.isdigit() for a in args[1:]):
+        sys.exit(usage)
+    what, port, tables, size = args[0], int(args[1]), int(args[2]), int(args[3])
     if what == "prepare":
-        cmd = prepare_cmd("127.0.0.1", port, "bench", "bench", tables, size, int(sys.argv[5]))
-    elif what == "cleanup":
-        cmd = cleanup_cmd("127.0.0.1", port, "bench", "bench", tables, size)
+        cmd = prepare_cmd("127.0.0.1", port, "bench", "bench", tables, size, int(args[4]))
     else:
-        sys.exit("usage: sysbench.py defaults | prepare|cleanup PORT TABLES SIZE [THREADS]")
+        cmd = cleanup_cmd("127.0.0.1", port, "bench", "bench", tables, size)
     print("\n".join(cmd))
