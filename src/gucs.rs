@@ -32,6 +32,8 @@ static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// Longest wait in the queue, in ms; 0 waits forever.
+/// The warm hand-off's bound (ms; 0 = first come, first served).
+static WARM_HAND_OFF: GucSetting<i32> = GucSetting::<i32>::new(0);
 static QUEUE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_QUEUE_TIMEOUT_MS);
 /// Most sessions allowed in the queue; 0 = unlimited.
 static MAX_QUEUED: GucSetting<i32> = GucSetting::<i32>::new(0);
@@ -246,6 +248,23 @@ pub fn init() {
     );
     // SAFETY: the assign hook is a #[pg_guard] extern fn that only touches a thread-local.
     unsafe {
+        GucRegistry::define_int_guc_with_hooks(
+            c"pg_gatekeeper.warm_hand_off",
+            c"Hand a freed place to the newest waiter while the oldest has waited less than this (0 = first come, first served).",
+            c"Newest first keeps a few backends busy and their caches warm, for more throughput and a lower median wait; \
+              the sessions it passes over wait up to about this long, so the slowest percent of waits grows toward it.",
+            &WARM_HAND_OFF,
+            0,
+            3_600_000,
+            GucContext::Sighup,
+            GucFlags::UNIT_MS,
+            None,
+            Some(assign_limit_int),
+            None,
+        );
+    }
+    // SAFETY: the assign hook is a #[pg_guard] extern fn that only touches a thread-local.
+    unsafe {
         GucRegistry::define_bool_guc_with_hooks(
             c"pg_gatekeeper.exempt_superusers",
             c"Never gate sessions whose session user is a superuser.",
@@ -382,6 +401,9 @@ pub fn max_tickets() -> u32 {
 }
 pub fn queue_timeout_ms() -> u32 {
     QUEUE_TIMEOUT.get() as u32
+}
+pub fn warm_hand_off_ms() -> u32 {
+    WARM_HAND_OFF.get() as u32
 }
 pub fn max_queued() -> u32 {
     MAX_QUEUED.get() as u32

@@ -193,7 +193,8 @@ pub fn resolve() -> Resolved {
 }
 
 /// Resolve the settings now in force and apply the limit, the ticket
-/// ceiling and the classes; what they newly let in is admitted at once.
+/// ceiling, the classes and the hand-off order; what they newly let in is
+/// admitted at once.
 /// Returns where to measure the CPUs' idle time (for the worker).
 pub fn apply() -> CpuSource {
     // SAFETY: PgReloadTime is this process's own copy of when its
@@ -220,6 +221,7 @@ pub fn apply() -> CpuSource {
             l.status.changed_at_us = now;
         }
         l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
+        l.gate.set_warm_hand_off(gucs::warm_hand_off_ms() as i64 * 1000);
         let no_room = l.gate.set_classes(&list, now, wake);
         // Recorded under the lock, once the gate has these settings: a
         // backend that reads it and so skips applying takes the lock for its

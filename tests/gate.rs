@@ -68,6 +68,52 @@ fn parked_sessions_are_admitted_in_arrival_order() {
     c.assert_quiet();
 }
 
+// -- 1b. The warm hand-off ------------------------------------------------------
+
+/// Park A, B and C in that order behind a holder, let `before` run, end the
+/// holder's transaction and return the order in which the three ran.
+fn served_order(c: &Cluster, before: impl FnOnce(&Cluster)) -> Vec<String> {
+    c.admin_exec(
+        "CREATE TABLE arrivals (id serial, name text);
+         GRANT ALL ON arrivals, arrivals_id_seq TO app;",
+    );
+    let mut h = holder(c);
+    let mut parked = vec![];
+    for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
+        parked.push(c.app(name).spawn(&format!("INSERT INTO arrivals (name) VALUES ('{name}')")));
+        assert_eq!(c.wait_queued(name), i as i32 + 1, "{name} joins at the tail");
+    }
+    before(c);
+    h.ok("COMMIT");
+    for r in parked {
+        r.join_ok(PROMPT);
+    }
+    names(c, "SELECT name FROM arrivals ORDER BY id")
+}
+
+#[test]
+fn the_warm_hand_off_serves_the_newest_waiter_first() {
+    // A bound no wait here comes near: each freed place goes to the newest.
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.warm_hand_off", "1h")]));
+    assert_eq!(served_order(&c, |_| {}), ["C", "B", "A"]);
+    assert_eq!(c.status().int("waited_total"), 3);
+    c.assert_quiet();
+}
+
+#[test]
+fn the_warm_hand_off_serves_the_oldest_once_it_has_waited_the_bound() {
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.warm_hand_off", "200ms")]));
+    let order = served_order(&c, |c| {
+        // Until even the newest has waited past the bound.
+        wait_until("C has waited 300 ms", PROMPT, || {
+            let w = c.admin_query("SELECT wait_ms FROM gatekeeper.sessions WHERE application_name = 'C'", &[]);
+            w.first().and_then(|r| r.get::<_, Option<f64>>(0)).is_some_and(|ms| ms >= 300.0)
+        });
+    });
+    assert_eq!(order, ["A", "B", "C"]);
+    c.assert_quiet();
+}
+
 // -- 2. Hand-off at transaction end ---------------------------------------------
 
 /// The holder ends its transaction with `end`; the parked session must be

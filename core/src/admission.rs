@@ -17,6 +17,9 @@
 //!   and below their cap, first one below its reserve (the lowest share of
 //!   its reserve held), else the one holding the fewest places per unit of
 //!   weight; ties go to the longest-waiting head. See [`Gate::pick_class`].
+//!   With the warm hand-off on ([`GateHeader::warm_hand_off_us`] above 0),
+//!   the place goes to the queue's newest arrival instead, while its head
+//!   has waited less than that: see [`Gate::next_in`].
 //! - `tickets` may change at any time (reload, the worker's controller);
 //!   raising it admits as many waiters as now fit, lowering it simply stops
 //!   re-issuing places at release until the holders fall below it.
@@ -178,6 +181,11 @@ pub struct GateHeader {
     pub waits: Histogram,
     /// When the statistics were last reset (caller's clock, microseconds).
     pub stats_reset_us: i64,
+    /// The warm hand-off's bound (`pg_gatekeeper.warm_hand_off`, in
+    /// microseconds): while a queue's head has waited less than this, a
+    /// freed place goes to the queue's newest arrival. 0: first come, first
+    /// served. See [`Gate::next_in`].
+    pub warm_hand_off_us: i64,
     pub classes: [ClassState; MAX_CLASSES],
 }
 
@@ -899,12 +907,42 @@ impl<'a> Gate<'a> {
     fn pump(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.place_free() {
             let Some(k) = self.pick_class() else { break };
-            let i = self.h.classes[k].head as usize;
+            let i = self.next_in(k, now_us);
             self.unlink(i);
             self.grant(i, now_us, false);
             wake(i);
         }
         self.pump_lane(now_us, wake);
+    }
+
+    /// The waiter of class `k`'s queue (not empty) that a freed place goes
+    /// to. First come, first served: its head. With the warm hand-off on,
+    /// its newest arrival, as long as the head has waited less than the
+    /// bound; once it has, the head again, and so on down the queue, so no
+    /// session waits much longer than the bound while places are handed
+    /// off.
+    ///
+    /// Why newest first pays: each session runs on its own backend, and a
+    /// backend that ran a moment ago still has its caches (catalog and
+    /// relation caches, plans, its memory) in the CPU's. The head has
+    /// waited longest, so its backend ran longest ago and is coldest.
+    /// Newest first keeps a few backends busy and warm, as a pool does; the
+    /// bound keeps the others from starving (docs/DESIGN.md §5).
+    pub fn next_in(&self, k: usize, now_us: i64) -> usize {
+        let c = &self.h.classes[k];
+        let head = c.head as usize;
+        let bound = self.h.warm_hand_off_us;
+        if bound > 0 && now_us - self.slots[head].wait_start_us < bound {
+            c.tail as usize
+        } else {
+            head
+        }
+    }
+
+    /// Set the warm hand-off's bound in microseconds (0: first come, first
+    /// served). It only decides who gets the next freed place.
+    pub fn set_warm_hand_off(&mut self, bound_us: i64) {
+        self.h.warm_hand_off_us = bound_us.max(0);
     }
 
     /// Mark slot `i` admitted (it is not in a queue any more).
@@ -1237,12 +1275,55 @@ mod tests {
         assert_eq!(g.header().holders, 1, "reset keeps the live state");
     }
 
+    #[test]
+    fn warm_hand_off_serves_the_newest_until_the_head_has_waited_its_bound() {
+        let mut f = Fixture::new(6, 2);
+        f.gate().set_warm_hand_off(100);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, DEFAULT, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, DEFAULT, 0, 0), Request::Admitted);
+        for (i, t) in [(2, 10), (3, 20), (4, 30), (5, 40)] {
+            assert!(matches!(g.request(i, DEFAULT, t, 0), Request::Queued { .. }));
+        }
+        // The head (2) has waited 40 of 100: the newest arrival goes first.
+        assert_eq!(f.release(0, 50), vec![5]);
+        assert_eq!(f.release(5, 60), vec![4]);
+        // At 110 the head has waited exactly the bound: it goes first, and
+        // so does the next head that has too.
+        assert_eq!(f.release(4, 110), vec![2]);
+        assert_eq!(f.release(2, 120), vec![3]);
+        assert_eq!(f.gate().queue().count(), 0);
+        // A session that queues again joins the tail, and is then the newest.
+        let mut g = f.gate();
+        assert!(matches!(g.request(0, DEFAULT, 130, 0), Request::Queued { .. }));
+        assert!(matches!(g.request(5, DEFAULT, 140, 0), Request::Queued { .. }));
+        assert_eq!(f.release(1, 150), vec![5]);
+        // Off again: first come, first served.
+        f.gate().set_warm_hand_off(0);
+        assert!(matches!(f.gate().request(4, DEFAULT, 160, 0), Request::Queued { .. }));
+        assert_eq!(f.release(3, 170), vec![0]);
+        assert_eq!(f.release(5, 180), vec![4]);
+    }
+
     /// A deterministic random walk over every operation, checking the
     /// invariants after each step and FIFO order of admissions.
     #[test]
     fn random_walk_keeps_every_invariant() {
+        random_walk(0);
+    }
+
+    /// The same walk with the warm hand-off on: every hand-off goes to the
+    /// newest waiter while the head has waited less than the bound, to the
+    /// head once it has.
+    #[test]
+    fn random_walk_with_the_warm_hand_off_keeps_every_invariant() {
+        random_walk(25);
+    }
+
+    fn random_walk(warm_us: i64) {
         let n = 40;
         let mut f = Fixture::new(n, 3);
+        f.gate().set_warm_hand_off(warm_us);
         let mut rng = 0x9E3779B97F4A7C15u64;
         let mut next = move || {
             rng ^= rng << 13;
@@ -1288,8 +1369,11 @@ mod tests {
                 _ => {}
             }
             for w in woken {
-                assert_eq!(order.first(), Some(&w), "hand-off out of FIFO order");
-                order.remove(0);
+                let head = order[0];
+                let warm = warm_us > 0 && step - f.slots[head].wait_start_us < warm_us;
+                let expected = if warm { order.len() - 1 } else { 0 };
+                assert_eq!(order[expected], w, "hand-off out of order (warm: {warm})");
+                order.remove(expected);
             }
             f.gate().check().unwrap_or_else(|e| panic!("step {step}: {e}"));
         }
