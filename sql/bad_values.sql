@@ -42,6 +42,11 @@ ALTER SYSTEM SET pg_gatekeeper.progress_timeout = 0;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.progress_timeout = '2h';
 \echo :LAST_ERROR_SQLSTATE
+-- The warm hand-off's bound: at most an hour, never negative.
+ALTER SYSTEM SET pg_gatekeeper.warm_hand_off = '-1s';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.warm_hand_off = '2h';
+\echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.log_min_wait = -2;
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.sample_interval = 0;
