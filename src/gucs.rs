@@ -31,9 +31,9 @@ static LEND_BY_THROUGHPUT: GucSetting<bool> = GucSetting::<bool>::new(true);
 static LEND_MIN_CPU_IDLE: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_LEND_MIN_CPU_IDLE);
 /// Ceiling for admission tickets while holders wait on their clients; 0 = automatic.
 static MAX_TICKETS: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// Longest wait in the queue, in ms; 0 waits forever.
 /// The warm hand-off's bound (ms; 0 = first come, first served).
 static WARM_HAND_OFF: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// Longest wait in the queue, in ms; 0 waits forever.
 static QUEUE_TIMEOUT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_QUEUE_TIMEOUT_MS);
 /// Most sessions allowed in the queue; 0 = unlimited.
 static MAX_QUEUED: GucSetting<i32> = GucSetting::<i32>::new(0);
