@@ -38,49 +38,21 @@ fn names(c: &Cluster, sql: &str) -> Vec<String> {
 
 // -- 1. FIFO ------------------------------------------------------------------
 
-#[test]
-fn parked_sessions_are_admitted_in_arrival_order() {
-    let c = Cluster::start(ONE_TICKET);
+/// Park A, B and C in that order behind a holder, let `before` run, end the
+/// holder's transaction and return the order in which the three ran. Each
+/// insert runs, and takes its id and its time, only once admitted: the two
+/// orders must agree.
+fn served_order(c: &Cluster, before: impl FnOnce(&Cluster)) -> Vec<String> {
     c.admin_exec(
         "CREATE TABLE arrivals (id serial, name text, at timestamptz);
          GRANT ALL ON arrivals, arrivals_id_seq TO app;",
     );
-    let mut h = holder(&c);
-
-    // Park A, B, C one after the other; each joins the tail of the queue.
+    let mut h = holder(c);
+    // Each joins the tail of the queue.
     let mut parked = vec![];
     for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
         let sql = format!("INSERT INTO arrivals (name, at) VALUES ('{name}', clock_timestamp())");
         parked.push(c.app(name).spawn(&sql));
-        assert_eq!(c.wait_queued(name), i as i32 + 1, "{name} joins at the tail");
-    }
-    let positions: Vec<_> = ["A", "B", "C"].iter().map(|n| c.session(n).unwrap().queue_position).collect();
-    assert_eq!(positions, [Some(1), Some(2), Some(3)]);
-
-    // One place: each insert runs (and takes its id) only once admitted.
-    h.ok("COMMIT");
-    for r in parked {
-        r.join_ok(PROMPT);
-    }
-    assert_eq!(names(&c, "SELECT name FROM arrivals ORDER BY id"), ["A", "B", "C"]);
-    assert_eq!(names(&c, "SELECT name FROM arrivals ORDER BY at"), ["A", "B", "C"]);
-    assert_eq!(c.status().int("waited_total"), 3);
-    c.assert_quiet();
-}
-
-// -- 1b. The warm hand-off ------------------------------------------------------
-
-/// Park A, B and C in that order behind a holder, let `before` run, end the
-/// holder's transaction and return the order in which the three ran.
-fn served_order(c: &Cluster, before: impl FnOnce(&Cluster)) -> Vec<String> {
-    c.admin_exec(
-        "CREATE TABLE arrivals (id serial, name text);
-         GRANT ALL ON arrivals, arrivals_id_seq TO app;",
-    );
-    let mut h = holder(c);
-    let mut parked = vec![];
-    for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
-        parked.push(c.app(name).spawn(&format!("INSERT INTO arrivals (name) VALUES ('{name}')")));
         assert_eq!(c.wait_queued(name), i as i32 + 1, "{name} joins at the tail");
     }
     before(c);
@@ -88,8 +60,24 @@ fn served_order(c: &Cluster, before: impl FnOnce(&Cluster)) -> Vec<String> {
     for r in parked {
         r.join_ok(PROMPT);
     }
-    names(c, "SELECT name FROM arrivals ORDER BY id")
+    let order = names(c, "SELECT name FROM arrivals ORDER BY id");
+    assert_eq!(names(c, "SELECT name FROM arrivals ORDER BY at"), order);
+    order
 }
+
+#[test]
+fn parked_sessions_are_admitted_in_arrival_order() {
+    let c = Cluster::start(ONE_TICKET);
+    let order = served_order(&c, |c| {
+        let positions: Vec<_> = ["A", "B", "C"].iter().map(|n| c.session(n).unwrap().queue_position).collect();
+        assert_eq!(positions, [Some(1), Some(2), Some(3)]);
+    });
+    assert_eq!(order, ["A", "B", "C"]);
+    assert_eq!(c.status().int("waited_total"), 3);
+    c.assert_quiet();
+}
+
+// -- 1b. The warm hand-off ------------------------------------------------------
 
 #[test]
 fn the_warm_hand_off_serves_the_newest_waiter_first() {
