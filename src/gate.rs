@@ -40,6 +40,17 @@ const MAX_SLEEP: Duration = Duration::from_secs(10);
 /// it has none): the transaction's shape, which may route it to the long
 /// lane or to a class a DBA chose (docs/DESIGN.md §15).
 pub fn admit(query_id: u64) {
+    admit_with(query_id, false);
+}
+
+/// [`admit`] from parse analysis or planning, where the statement's
+/// snapshot is PostgreSQL's alone to pop and push: a wait there holds no
+/// snapshot where that is safe (`snapshot`).
+pub fn admit_analysed(query_id: u64) {
+    admit_with(query_id, true);
+}
+
+fn admit_with(query_id: u64, analysed: bool) {
     let slot = session::ensure_attached();
     if session::is_exempt(slot) || crate::citus::is_internal_superuser() {
         // Decided once per transaction: a reload that ends the exemption
@@ -92,7 +103,11 @@ pub fn admit(query_id: u64) {
             if position == 1 {
                 shmem::wake_worker();
             }
+            let released = analysed && crate::snapshot::release();
             wait(slot, now, &class);
+            if released {
+                crate::snapshot::retake();
+            }
         }
     }
 }

@@ -102,7 +102,7 @@ unsafe fn admit_query(query: *mut pg_sys::Query) {
         session::pass_this_transaction();
     } else {
         // SAFETY: per the caller.
-        gate::admit(compat::query_id(unsafe { (*query).queryId }));
+        gate::admit_analysed(compat::query_id(unsafe { (*query).queryId }));
     }
 }
 

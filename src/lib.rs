@@ -5,7 +5,8 @@
 //! - [`gucs`]: every setting.
 //! - [`shmem`]: the shared segment and its lock.
 //! - [`session`]: this backend's slot, exemption, exit cleanup.
-//! - [`gate`]: taking, waiting for and releasing admissions.
+//! - [`gate`]: taking, waiting for and releasing admissions; [`snapshot`]:
+//!   what a statement parked at parse analysis holds.
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
 //! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties;
 //!   [`procs`]: reading other backends' PGPROC entries.
@@ -38,6 +39,7 @@ mod procs;
 mod session;
 mod shapes_api;
 mod shmem;
+mod snapshot;
 mod worker;
 
 pgrx::pg_module_magic!();

@@ -13,6 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{sqlstate, wait_until, Cluster, Session, Wire, WireReply};
+use postgres::SimpleQueryMessage;
 
 /// The progress guarantee is out of the way: the holder idles on purpose.
 const CONF: &[(&str, &str)] = &[
@@ -288,5 +289,64 @@ fn an_idle_block_holds_no_place_and_its_chain_is_admitted_at_its_first_statement
     assert_eq!(c.session("waiter").unwrap().state, "idle in transaction");
     assert_eq!(c.status().admitted(), 1);
     w.ok("SELECT 2; COMMIT");
+    c.assert_quiet();
+}
+
+/// The oldest xmin the session named `name` holds (`pg_stat_activity`).
+fn xmin_of(c: &Cluster, name: &str) -> Option<String> {
+    let rows = c.admin_query("SELECT backend_xmin::text FROM pg_stat_activity WHERE application_name = $1", &[&name]);
+    rows.first().and_then(|r| r.get(0))
+}
+
+/// A statement parked at parse analysis in READ COMMITTED holds no snapshot
+/// while it waits, over the simple and the extended protocol: it keeps its
+/// parse-time lock, not the cleanup horizon, and once admitted it plans
+/// with a fresh snapshot and sees what was committed while it waited.
+/// REPEATABLE READ keeps its transaction snapshot through the wait and sees
+/// nothing newer; PREPARE, analysed inside its own portal, keeps the
+/// snapshot the portal took.
+#[test]
+fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let simple = c.app("simple").spawn_with(|client| {
+        let msgs = client.simple_query("SELECT count(*) FROM t")?;
+        let n = msgs.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        });
+        assert_eq!(n.as_deref(), Some("2"), "simple: the row committed during the wait is missing");
+        Ok(())
+    });
+    c.wait_queued("simple");
+    let extended = c.app("extended").spawn_with(|client| {
+        let n: i64 = client.query_one("SELECT count(*) FROM t", &[])?.get(0);
+        assert_eq!(n, 2, "extended: the row committed during the wait is missing");
+        Ok(())
+    });
+    c.wait_queued("extended");
+    let mut rr = c.app("repeatable");
+    rr.ok("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    let repeatable = rr.spawn_with(|client| {
+        let n: i64 = client.query_one("SELECT count(*) FROM t", &[])?.get(0);
+        assert_eq!(n, 1, "repeatable: the transaction's snapshot must date from before its wait");
+        client.batch_execute("COMMIT")
+    });
+    c.wait_queued("repeatable");
+    let prepare = c.app("prepare").spawn("PREPARE q AS SELECT count(*) FROM t");
+    c.wait_queued("prepare");
+
+    for name in ["simple", "extended"] {
+        wait_until(&format!("{name} holds no xmin while parked"), PROMPT, || xmin_of(&c, name).is_none());
+        assert!(locks_t(&c, name), "{name} keeps its parse-time lock on t");
+    }
+    for name in ["repeatable", "prepare"] {
+        assert!(xmin_of(&c, name).is_some(), "{name} parked without the snapshot it must keep");
+    }
+    c.admin_exec("INSERT INTO t VALUES (2)");
+    h.ok("COMMIT");
+    for r in [simple, extended, repeatable, prepare] {
+        r.join_ok(PROMPT);
+    }
     c.assert_quiet();
 }
