@@ -304,10 +304,14 @@ fn xmin_of(c: &Cluster, name: &str) -> Option<String> {
 /// with a fresh snapshot and sees what was committed while it waited.
 /// REPEATABLE READ keeps its transaction snapshot through the wait and sees
 /// nothing newer; PREPARE, analysed inside its own portal, keeps the
-/// snapshot the portal took.
+/// snapshot the portal took. A named statement with a parameter is planned
+/// afresh at each of its first Binds: parked in the planner there, it holds
+/// no snapshot either.
 #[test]
 fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
     let c = cluster();
+    let mut w = Wire::connect(&c, "app", "bound");
+    assert!(matches!(w.parse("s", "SELECT count(*) + $1::int FROM t"), WireReply::Value(None)));
     let mut h = holder(&c);
     let simple = c.app("simple").spawn_with(|client| {
         let msgs = client.simple_query("SELECT count(*) FROM t")?;
@@ -335,8 +339,13 @@ fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
     c.wait_queued("repeatable");
     let prepare = c.app("prepare").spawn("PREPARE q AS SELECT count(*) FROM t");
     c.wait_queued("prepare");
+    let bound = std::thread::spawn(move || {
+        w.send_bind_execute("s", &["40"]);
+        w.read_reply()
+    });
+    c.wait_queued("bound");
 
-    for name in ["simple", "extended"] {
+    for name in ["simple", "extended", "bound"] {
         wait_until(&format!("{name} holds no xmin while parked"), PROMPT, || xmin_of(&c, name).is_none());
         assert!(locks_t(&c, name), "{name} keeps its parse-time lock on t");
     }
@@ -348,5 +357,8 @@ fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
     for r in [simple, extended, repeatable, prepare] {
         r.join_ok(PROMPT);
     }
+    wait_until("the bound statement returns", PROMPT, || bound.is_finished());
+    let r = bound.join().unwrap();
+    assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "bound: {r:?}");
     c.assert_quiet();
 }
