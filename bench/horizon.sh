@@ -10,16 +10,18 @@
 #   bash bench/horizon.sh                          # the installed library, 1000 clients, 3 rounds
 #   bash bench/horizon.sh -c 64 -s 20 -r 3 --lib old=/tmp/old.so --lib new=/tmp/new.so --out DIR
 #   bash bench/horizon.sh --bare                   # and bare PostgreSQL in each round
+#   bash bench/horizon.sh -M prepared -c 64        # pgbench's protocol (simple)
 #
 # -c clients (1000), -s seconds a run (30; tps counts from the third 5 s
-# progress report on), -r rounds (3), --scale (10), --pg (15), --out DIR
+# progress report on), -r rounds (3), --scale (10), -M pgbench's query
+# protocol (simple, extended or prepared), --pg (15), --out DIR
 # (results.tsv and the command; default: print only). Durable commits, the
 # server's defaults otherwise, max_connections above the clients; a
 # throw-away cluster on port 5499. Must run as root (runuser, the library
 # directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-clients=1000 secs=30 rounds=3 scale=10 pg=15 out= bare=0 libs=()
+clients=1000 secs=30 rounds=3 scale=10 pg=15 out= bare=0 libs=() protocol=simple
 cmdline="bash bench/horizon.sh $*"
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -27,13 +29,15 @@ while [[ $# -gt 0 ]]; do
     -s) secs=$2; shift 2 ;;
     -r) rounds=$2; shift 2 ;;
     --scale) scale=$2; shift 2 ;;
+    -M) protocol=$2; shift 2 ;;
     --pg) pg=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --bare) bare=1; shift ;;
     --lib) libs+=("$2"); shift 2 ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
 done
+case $protocol in simple | extended | prepared) ;; *) echo "-M: simple, extended or prepared" >&2; exit 2 ;; esac
 source scripts/pg_env.sh "$pg"
 source scripts/cluster.sh
 libdir=$("$PG_CONFIG" --pkglibdir)
@@ -69,7 +73,7 @@ as_pg "$PG_BINDIR/pgbench" -i -q -s "$scale" -h 127.0.0.1 -p $port -U bench post
 
 configs=("${libs[@]}")
 [ "$bare" = 0 ] || configs+=("bare=")
-header="round	config	clients	steady_tps	xmin_age_median	xmin_age_max	branches_pages	tellers_pages"
+header="round	config	clients	protocol	steady_tps	run_tps	latency_ms	xmin_age_median	xmin_age_max	branches_pages	tellers_pages"
 rows=()
 echo "$header"
 for r in $(seq 1 "$rounds"); do
@@ -83,14 +87,19 @@ for r in $(seq 1 "$rounds"); do
                      WHERE backend_type = 'client backend'" 2>/dev/null || true
       done > "$samples" ) &
     sampler=$!
-    progress=$(as_pg "$PG_BINDIR/pgbench" -n -c "$clients" -j 2 -T "$secs" -P 5 \
-      -h 127.0.0.1 -p $port -U bench postgres 2>&1 | grep '^progress' || true)
+    output=$(as_pg "$PG_BINDIR/pgbench" -n -M "$protocol" -c "$clients" -j 2 -T "$secs" -P 5 \
+      -h 127.0.0.1 -p $port -U bench postgres 2>&1 || true)
+    progress=$(grep '^progress' <<<"$output" || true)
+    # The whole run's tps and average latency, from pgbench's summary: a
+    # client thread that stalls prints no progress report meanwhile.
+    run_tps=$(awk '/^tps = / {printf "%.0f", $3}' <<<"$output")
+    latency=$(awk '/^latency average/ {print $4}' <<<"$output")
     kill $sampler 2>/dev/null; wait $sampler 2>/dev/null || true
     tps=$(awk '{t[++n]=$4} END{s=0;c=0;for(i=3;i<=n;i++){s+=t[i];c++} if(c) printf "%.0f", s/c; else print "NA"}' <<<"$progress")
     ages=$(sort -n "$samples" | awk '{a[++n]=$1} END{if(n) printf "%d\t%d", a[int((n+1)/2)], a[n]; else printf "NA\tNA"}')
     rm -f "$samples"
     pages=$(psql_pg -c "SELECT pg_relation_size('pgbench_branches')/8192 || E'\t' || pg_relation_size('pgbench_tellers')/8192")
-    row="$r	$name	$clients	$tps	$ages	$pages"
+    row="$r	$name	$clients	$protocol	$tps	${run_tps:-NA}	${latency:-NA}	$ages	$pages"
     rows+=("$row")
     echo "$row"
   done

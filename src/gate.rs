@@ -43,7 +43,7 @@ pub fn admit(query_id: u64) {
     admit_with(query_id, false);
 }
 
-/// [`admit`] from parse analysis or planning, where the statement's
+/// [`admit`] from the planner hook, where the statement's
 /// snapshot is PostgreSQL's alone to pop and push: a wait there holds no
 /// snapshot where that is safe (`snapshot`).
 pub fn admit_analysed(query_id: u64) {

@@ -2,12 +2,18 @@
 //! from one `init()`.
 //!
 //! - Every transaction, an explicit block's included, is admitted at its
-//!   first gated statement: the first of post_parse_analyze, planner,
-//!   ExecutorStart or ProcessUtility that sees one parks. ExecutorStart and
-//!   ProcessUtility are needed because with prepared statements they are
-//!   the only hooks that fire on each execution. BEGIN / START TRANSACTION
-//!   take no admission: a block that idles after BEGIN holds no place, and
-//!   the wait's error is the first statement's own, which aborts the block.
+//!   first gated statement: the first of planner, ExecutorStart or
+//!   ProcessUtility that sees one parks. ExecutorStart and ProcessUtility
+//!   are needed because with prepared statements they are the only hooks
+//!   that fire on each execution. BEGIN / START TRANSACTION take no
+//!   admission: a block that idles after BEGIN holds no place, and the
+//!   wait's error is the first statement's own, which aborts the block.
+//! - Parse analysis takes none: a statement waits after it, in the planner,
+//!   so that a Parse message (or SQL PREPARE), which runs nothing, never
+//!   parks. A client that prepares synchronously in the middle of a
+//!   transaction, as `pgbench -M prepared` does, would otherwise stop its
+//!   whole thread on that wait, with every admitted connection the thread
+//!   serves idle in transaction: a wait cycle through the client.
 //! - Statements that neither touch relations nor need a snapshot pass
 //!   (see [`Utility::classify`]), and so do plain reads of pg_gatekeeper's
 //!   own views by members of pg_monitor (see `monitor`).
@@ -55,23 +61,6 @@ fn needs_admission() -> bool {
         return false;
     }
     true
-}
-
-/// After parse analysis (the previous hook has run).
-#[pg_guard]
-#[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_after_parse_analyze(query: *mut pg_sys::Query) {
-    // SAFETY: PostgreSQL passes a valid analysed Query.
-    unsafe {
-        // Utility statements are decided in ProcessUtility, which also runs
-        // for prepared and extended-protocol executions.
-        if needs_admission()
-            && (*query).commandType != pg_sys::CmdType::CMD_UTILITY
-            && !monitor::is_monitoring_query(query)
-        {
-            admit_query(query);
-        }
-    }
 }
 
 /// Before planning. Returns true when the statement takes the monitoring

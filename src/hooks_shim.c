@@ -25,11 +25,9 @@
 #include "executor/executor.h"
 #include "nodes/params.h"
 #include "optimizer/planner.h"
-#include "parser/analyze.h"
 #include "tcop/utility.h"
 
 /* The Rust side. */
-extern void gk_after_parse_analyze(Query *query);
 extern bool gk_before_planner(Query *parse);
 extern bool gk_before_executor_start(QueryDesc *queryDesc, int eflags);
 extern void gk_before_function_execute(void);
@@ -37,7 +35,6 @@ extern int gk_before_utility(PlannedStmt *pstmt);
 extern void gk_after_utility(int action);
 extern void gk_utility_failed(int action);
 
-static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
 static planner_hook_type prev_planner = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
@@ -45,14 +42,6 @@ static object_access_hook_type prev_object_access = NULL;
 
 /* Depth of free-path statements being planned or started (see above). */
 static int	gk_free_depth = 0;
-
-static void
-gk_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
-{
-	if (prev_post_parse_analyze)
-		prev_post_parse_analyze(pstate, query, jstate);
-	gk_after_parse_analyze(query);
-}
 
 static PlannedStmt *
 gk_call_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
@@ -147,8 +136,6 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 void
 gk_install_hooks(void)
 {
-	prev_post_parse_analyze = post_parse_analyze_hook;
-	post_parse_analyze_hook = gk_post_parse_analyze;
 	prev_planner = planner_hook;
 	planner_hook = gk_planner;
 	prev_executor_start = ExecutorStart_hook;

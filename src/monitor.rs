@@ -34,8 +34,8 @@
 //! gate, even when it is full. Anything else, `SELECT pg_sleep(10) FROM
 //! gatekeeper.status` included, is gated as usual.
 //!
-//! The test is made twice: on the analysed Query (post_parse_analyze and
-//! planner), and on the PlannedStmt (ExecutorStart), because a prepared
+//! The test is made twice: on the analysed Query (planner), and on the
+//! PlannedStmt (ExecutorStart), because a prepared
 //! statement's later executions fire only ExecutorStart. Both reject
 //! quickly on the first ordinary table, so ordinary queries pay one branch
 //! per range-table entry.

@@ -298,17 +298,16 @@ fn xmin_of(c: &Cluster, name: &str) -> Option<String> {
     rows.first().and_then(|r| r.get(0))
 }
 
-/// A statement parked at parse analysis in READ COMMITTED holds no snapshot
+/// A statement parked before planning in READ COMMITTED holds no snapshot
 /// while it waits, over the simple and the extended protocol: it keeps its
 /// parse-time lock, not the cleanup horizon, and once admitted it plans
 /// with a fresh snapshot and sees what was committed while it waited.
 /// REPEATABLE READ keeps its transaction snapshot through the wait and sees
-/// nothing newer; PREPARE, analysed inside its own portal, keeps the
-/// snapshot the portal took. A named statement with a parameter is planned
-/// afresh at each of its first Binds: parked in the planner there, it holds
-/// no snapshot either.
+/// nothing newer. A named statement with a parameter is planned afresh at
+/// each of its first Binds: parked in the planner there, it holds no
+/// snapshot either.
 #[test]
-fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
+fn a_statement_parked_before_planning_holds_no_snapshot_in_read_committed() {
     let c = cluster();
     let mut w = Wire::connect(&c, "app", "bound");
     assert!(matches!(w.parse("s", "SELECT count(*) + $1::int FROM t"), WireReply::Value(None)));
@@ -337,8 +336,6 @@ fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
         client.batch_execute("COMMIT")
     });
     c.wait_queued("repeatable");
-    let prepare = c.app("prepare").spawn("PREPARE q AS SELECT count(*) FROM t");
-    c.wait_queued("prepare");
     let bound = std::thread::spawn(move || {
         w.send_bind_execute("s", &["40"]);
         w.read_reply()
@@ -349,16 +346,59 @@ fn a_statement_parked_at_parse_analysis_holds_no_snapshot_in_read_committed() {
         wait_until(&format!("{name} holds no xmin while parked"), PROMPT, || xmin_of(&c, name).is_none());
         assert!(locks_t(&c, name), "{name} keeps its parse-time lock on t");
     }
-    for name in ["repeatable", "prepare"] {
-        assert!(xmin_of(&c, name).is_some(), "{name} parked without the snapshot it must keep");
-    }
+    assert!(xmin_of(&c, "repeatable").is_some(), "repeatable parked without its transaction's snapshot");
     c.admin_exec("INSERT INTO t VALUES (2)");
     h.ok("COMMIT");
-    for r in [simple, extended, repeatable, prepare] {
+    for r in [simple, extended, repeatable] {
         r.join_ok(PROMPT);
     }
     wait_until("the bound statement returns", PROMPT, || bound.is_finished());
     let r = bound.join().unwrap();
     assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "bound: {r:?}");
+    c.assert_quiet();
+}
+
+/// A Parse message or SQL PREPARE runs nothing, so it never parks, in a
+/// block or outside one, with the gate full: the statement waits when it
+/// runs. A client that prepares synchronously in the middle of a
+/// transaction (`pgbench -M prepared` prepares each command at its first
+/// use, with `PQprepare`) would otherwise stop on that wait, and with it
+/// every connection it serves, idle in transaction with their places.
+#[test]
+fn a_parse_or_prepare_runs_nothing_and_never_parks() {
+    let c = cluster();
+    let mut h = holder(&c);
+    let mut w = Wire::connect(&c, "app", "parse");
+    let mut p = c.app("prepare");
+    let t0 = Instant::now();
+    let r = w.parse("u", "UPDATE t SET id = id WHERE id = $1");
+    assert!(matches!(r, WireReply::Value(None)), "Parse outside a block: {r:?}");
+    let r = w.query("BEGIN");
+    assert!(matches!(r, WireReply::Value(None)), "BEGIN: {r:?}");
+    let r = w.parse("s", "SELECT count(*) + $1::int FROM t");
+    assert!(matches!(r, WireReply::Value(None)), "Parse in a block: {r:?}");
+    p.ok("PREPARE outside AS SELECT count(*) FROM t");
+    p.ok("BEGIN; PREPARE q AS UPDATE t SET id = id");
+    assert!(t0.elapsed() < PROMPT, "preparing waited {:?}", t0.elapsed());
+    let st = c.status();
+    assert_eq!((st.admitted(), st.queued()), (1, 0), "only the holder has a place, and nobody queues");
+
+    let bound = std::thread::spawn(move || {
+        w.send_bind_execute("s", &["40"]);
+        let r = w.read_reply();
+        (w, r)
+    });
+    c.wait_queued("parse");
+    let exec = p.spawn("EXECUTE q; COMMIT");
+    c.wait_queued("prepare");
+    h.ok("COMMIT");
+    // First in the queue, the bound statement runs first; its block keeps
+    // the place until it commits.
+    wait_until("the bound statement returns", PROMPT, || bound.is_finished());
+    let (mut w, r) = bound.join().unwrap();
+    assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "41"), "bound: {r:?}");
+    let r = w.query("COMMIT");
+    assert!(matches!(r, WireReply::Value(None)), "COMMIT: {r:?}");
+    exec.join_ok(PROMPT);
     c.assert_quiet();
 }

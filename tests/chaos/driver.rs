@@ -136,8 +136,8 @@ impl<'a> Driver<'a> {
 
     fn prepared_select(&mut self, id: i32) -> Result<(), Fail> {
         if self.prepared.is_none() {
-            // Parse runs parse analysis in a transaction of its own: it is
-            // gated (and may park, time out, be cancelled) like any statement.
+            // Parse runs nothing and is never gated; the execution below
+            // is (and may park, time out, be cancelled) like any statement.
             let Some(client) = self.client.as_mut() else { return Err(Fail::Lost) };
             match client.prepare("SELECT v FROM hot WHERE id = $1") {
                 Ok(s) => self.prepared = Some(s),
