@@ -27,7 +27,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::errors::{QueueFull, QueueTimeout};
-use crate::{gucs, park, session, shmem};
+use crate::{gucs, park, session, shmem, snapshot};
 
 /// Longest single sleep; the loop re-checks its state at least this often
 /// even if a wake-up were lost. Parked sessions must not wake for nothing:
@@ -40,17 +40,19 @@ const MAX_SLEEP: Duration = Duration::from_secs(10);
 /// it has none): the transaction's shape, which may route it to the long
 /// lane or to a class a DBA chose (docs/DESIGN.md §15).
 pub fn admit(query_id: u64) {
-    admit_with(query_id, false);
+    admit_with(query_id, None);
 }
 
-/// [`admit`] from the planner hook, where the statement's
-/// snapshot is PostgreSQL's alone to pop and push: a wait there holds no
-/// snapshot where that is safe (`snapshot`).
-pub fn admit_analysed(query_id: u64) {
-    admit_with(query_id, true);
+/// [`admit`] from the planner or ExecutorStart hook, whose statement's
+/// snapshot a wait may give back where that is safe (`snapshot`).
+///
+/// # Safety
+/// As for [`snapshot::release`].
+pub unsafe fn admit_statement(query_id: u64, at: snapshot::Point) {
+    admit_with(query_id, Some(at));
 }
 
-fn admit_with(query_id: u64, analysed: bool) {
+fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
     if session::is_exempt(slot) || crate::citus::is_internal_superuser() {
         // Decided once per transaction: a reload that ends the exemption
@@ -103,10 +105,12 @@ fn admit_with(query_id: u64, analysed: bool) {
             if position == 1 {
                 shmem::wake_worker();
             }
-            let released = analysed && crate::snapshot::release();
+            // SAFETY: `at` comes from the hook it names (admit_statement).
+            let released = at.filter(|&at| unsafe { snapshot::release(at) });
             wait(slot, now, &class);
-            if released {
-                crate::snapshot::retake();
+            if let Some(at) = released {
+                // SAFETY: as above, and release returned true.
+                unsafe { snapshot::retake(at) };
             }
         }
     }

@@ -31,7 +31,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{citus, compat, gate, gucs, monitor, session};
+use crate::{citus, compat, gate, gucs, monitor, session, snapshot};
 
 unsafe extern "C" {
     /// Saves the previous hooks and installs the C entry points; it only
@@ -90,8 +90,8 @@ unsafe fn admit_query(query: *mut pg_sys::Query) {
     if unsafe { citus::starts_distributed_transaction(query) } {
         session::pass_this_transaction();
     } else {
-        // SAFETY: per the caller.
-        gate::admit_analysed(compat::query_id(unsafe { (*query).queryId }));
+        // SAFETY: per the caller, from the planner hook.
+        unsafe { gate::admit_statement(compat::query_id((*query).queryId), snapshot::Point::Planner) };
     }
 }
 
@@ -108,8 +108,12 @@ unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::Qu
         if explain_only || unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
             free = true;
         } else {
-            // SAFETY: a QueryDesc being started has its PlannedStmt.
-            gate::admit(compat::query_id(unsafe { (*(*query_desc).plannedstmt).queryId }));
+            // SAFETY: a QueryDesc being started has its PlannedStmt; this is
+            // the ExecutorStart hook, with that QueryDesc.
+            unsafe {
+                let query_id = compat::query_id((*(*query_desc).plannedstmt).queryId);
+                gate::admit_statement(query_id, snapshot::Point::Executor(query_desc));
+            }
         }
     }
     session::note_statement();

@@ -1,5 +1,6 @@
-//! A statement parked before planning holds no snapshot while it waits
-//! (docs/DESIGN.md §4, "What a parked session holds").
+//! A statement parked before planning or at ExecutorStart holds no
+//! snapshot while it waits (docs/DESIGN.md §4, "What a parked session
+//! holds").
 //!
 //! PostgreSQL takes a snapshot for parse analysis and planning before the
 //! planner hook runs (`exec_simple_query`, and the planning of a statement
@@ -26,26 +27,68 @@
 //! holds. Under REPEATABLE READ and SERIALIZABLE the first snapshot is the
 //! transaction's and stays registered whatever happens to the statement's
 //! copy, so there is nothing to gain: they are left alone outright.
+//!
+//! A statement that is not planned (a prepared statement's cached plan, at
+//! Bind or Execute) is first admitted at ExecutorStart. There its snapshot
+//! is on the active stack once and registered once, by its QueryDesc
+//! (`CreateQueryDesc`, called by `PortalStart` or `ProcessQuery` right
+//! after they pushed it), and the executor has not copied it yet. The wait
+//! unregisters and pops it, and once admitted pushes a fresh one and
+//! registers that as the QueryDesc's: the counts the callers expect when
+//! they pop it and `FreeQueryDesc` unregisters it. Only where nothing else
+//! can point at it: those counts exactly, the QueryDesc's snapshot the one
+//! on top of the stack, no crosscheck snapshot, and no portal running with
+//! a snapshot of its own (a portal that holds its results keeps a
+//! `holdSnapshot` to read them with, which a newer statement snapshot must
+//! not outrun).
 
 use pgrx::pg_sys;
+
+/// Where a statement parks, as far as its snapshot is concerned.
+#[derive(Clone, Copy)]
+pub enum Point {
+    /// The planner hook: the snapshot is the active stack's alone.
+    Planner,
+    /// ExecutorStart: the snapshot is also registered by the QueryDesc.
+    Executor(*mut pg_sys::QueryDesc),
+}
 
 /// Drop the statement's snapshot for the wait, where that is safe (see the
 /// module's comment). True when it was dropped: call [`retake`] once the
 /// wait is over.
-pub fn release() -> bool {
+///
+/// # Safety
+/// Call from the hook that `at` names, with the QueryDesc it was given.
+pub unsafe fn release(at: Point) -> bool {
     // SAFETY: plain globals of this backend, and the snapshot manager's own
-    // functions, called from the planner hook, where an
-    // active snapshot, if set, is a valid SnapshotData.
+    // functions, called from the planner or ExecutorStart hook, where an
+    // active snapshot, if set, is a valid SnapshotData, ActivePortal, if
+    // set, a valid portal, and the QueryDesc the one being started.
     unsafe {
-        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32
-            || !pg_sys::ActivePortal.is_null()
-            || !pg_sys::ActiveSnapshotSet()
-        {
+        if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !pg_sys::ActiveSnapshotSet() {
             return false;
         }
         let snap = pg_sys::GetActiveSnapshot();
-        if (*snap).active_count != 1 || (*snap).regd_count != 0 {
-            return false;
+        let portal = pg_sys::ActivePortal;
+        match at {
+            Point::Planner => {
+                if !portal.is_null() || (*snap).active_count != 1 || (*snap).regd_count != 0 {
+                    return false;
+                }
+            }
+            Point::Executor(qd) => {
+                if (*qd).snapshot != snap
+                    || !(*qd).crosscheck_snapshot.is_null()
+                    || (*snap).active_count != 1
+                    || (*snap).regd_count != 1
+                    || (!portal.is_null() && (!(*portal).portalSnapshot.is_null() || !(*portal).holdSnapshot.is_null()))
+                {
+                    return false;
+                }
+                // Regd 0, still active: not freed yet.
+                pg_sys::UnregisterSnapshot(snap);
+                (*qd).snapshot = std::ptr::null_mut();
+            }
         }
         pg_sys::PopActiveSnapshot();
         // The catalog snapshot is registered too: without it, nothing this
@@ -56,10 +99,20 @@ pub fn release() -> bool {
     true
 }
 
-/// Take a fresh snapshot for the statement's planning, in place of the one [`release`] dropped.
-pub fn retake() {
+/// Take a fresh snapshot for the rest of the statement, in place of the
+/// one [`release`] dropped.
+///
+/// # Safety
+/// As for [`release`], which returned true for the same `at`.
+pub unsafe fn retake(at: Point) {
     // SAFETY: in a transaction, from the same hook as `release`; the stack
-    // entry takes the place of the one popped, and the caller pops it as
-    // it would have popped that one.
-    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()) };
+    // entry (and the registration) take the place of those dropped, and
+    // the callers pop and unregister them as they would have those.
+    unsafe {
+        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        if let Point::Executor(qd) = at {
+            // The active copy itself (a copied snapshot registers as is).
+            (*qd).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
+        }
+    }
 }

@@ -402,3 +402,75 @@ fn a_parse_or_prepare_runs_nothing_and_never_parks() {
     exec.join_ok(PROMPT);
     c.assert_quiet();
 }
+
+/// A prepared statement whose cached plan needs no planning is first
+/// admitted at ExecutorStart. In READ COMMITTED it too waits without its
+/// snapshot, at Bind (a SELECT: `PortalStart` starts it) and at Execute
+/// (an UPDATE: `ProcessQuery` does), keeping its lock, and once admitted
+/// sees what was committed during its wait. An UPDATE ... RETURNING, whose
+/// portal holds its results with a snapshot of its own, keeps its
+/// snapshot: run with a newer one, it would return a row (here with an
+/// out-of-line value) newer than the snapshot its portal reads the results
+/// with.
+#[test]
+fn a_cached_plan_parked_at_executor_start_holds_no_snapshot_in_read_committed() {
+    let c = cluster();
+    c.admin_exec(
+        "CREATE TABLE doc (id int PRIMARY KEY, body text);
+         ALTER TABLE doc ALTER body SET STORAGE EXTERNAL;
+         GRANT ALL ON doc TO app;",
+    );
+    let prepared = |name: &str, sql: &str| {
+        let mut w = Wire::connect(&c, "app", name);
+        let r = w.query("SET plan_cache_mode = force_generic_plan");
+        assert!(matches!(r, WireReply::Value(None)), "{name}: {r:?}");
+        let r = w.parse("s", sql);
+        assert!(matches!(r, WireReply::Value(None)), "{name}: {r:?}");
+        // The first execution plans, and caches the generic plan.
+        w.send_bind_execute("s", &["0"]);
+        let r = w.read_reply();
+        assert!(!matches!(r, WireReply::Error { .. }), "{name}: {r:?}");
+        w
+    };
+    let select = prepared("select", "SELECT count(*) + $1::int FROM t");
+    let update = prepared("update", "UPDATE t SET id = id + 10 WHERE id = $1");
+    let returning = prepared("returning", "UPDATE doc SET id = id WHERE id = $1 RETURNING body");
+    let mut h = holder(&c);
+    let run = |mut w: Wire, arg: &'static str| {
+        std::thread::spawn(move || {
+            w.send_bind_execute("s", &[arg]);
+            w.read_reply()
+        })
+    };
+    let select = run(select, "40");
+    c.wait_queued("select");
+    let update = run(update, "2");
+    c.wait_queued("update");
+    let returning = run(returning, "1");
+    c.wait_queued("returning");
+
+    for name in ["select", "update"] {
+        wait_until(&format!("{name} holds no xmin while parked"), PROMPT, || xmin_of(&c, name).is_none());
+        assert!(locks_t(&c, name), "{name} keeps its lock on t");
+    }
+    assert!(xmin_of(&c, "returning").is_some(), "returning parked without the snapshot its portal needs");
+    c.admin_exec("INSERT INTO t VALUES (2); INSERT INTO doc VALUES (1, repeat('x', 10000))");
+    h.ok("COMMIT");
+    let done = |r: std::thread::JoinHandle<WireReply>| {
+        wait_until("the statement returns", PROMPT, || r.is_finished());
+        r.join().unwrap()
+    };
+    let r = done(select);
+    assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "select: {r:?}");
+    let r = done(update);
+    assert!(matches!(r, WireReply::Value(None)), "update: {r:?}");
+    assert_eq!(
+        c.admin_i64("SELECT count(*) FROM t WHERE id = 12"),
+        1,
+        "update: the row committed during the wait was missed"
+    );
+    let r = done(returning);
+    let shown: String = format!("{r:?}").chars().take(60).collect();
+    assert!(matches!(r, WireReply::Value(None)), "returning: the row committed during its wait: {shown}");
+    c.assert_quiet();
+}
