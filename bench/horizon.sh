@@ -49,7 +49,14 @@ saved=$(mktemp)
 cp "$installed" "$saved"
 dir=$(cluster_dir horizon)
 port=5499
-cleanup() { cluster_drop "$dir" >/dev/null 2>&1 || true; cp "$saved" "$installed"; rm -f "$saved"; }
+cleanup() {
+  local rc=$?
+  # A failed run shows why before its cluster goes.
+  [ "$rc" = 0 ] || tail -n 20 "$dir/server.log" >&2 2>/dev/null || true
+  cluster_drop "$dir" >/dev/null 2>&1 || true
+  cp "$saved" "$installed"
+  rm -f "$saved"
+}
 trap cleanup EXIT
 
 cluster_init "$dir" $port "max_connections = $((clients + 50))" "shared_buffers = 256MB" \
