@@ -244,8 +244,8 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
         Utility::Chain(_) => after::CHAIN_ROLLBACK,
         Utility::Gated => {
             if needs_admission() {
-                // SAFETY: as above.
-                gate::admit(compat::query_id(unsafe { (*pstmt).queryId }));
+                // SAFETY: as above; this is the ProcessUtility hook.
+                unsafe { gate::admit_statement(compat::query_id((*pstmt).queryId), snapshot::Point::Utility) };
             }
             session::enter_utility();
             // SAFETY: as above.

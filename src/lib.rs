@@ -6,7 +6,7 @@
 //! - [`shmem`]: the shared segment and its lock.
 //! - [`session`]: this backend's slot, exemption, exit cleanup.
 //! - [`gate`]: taking, waiting for and releasing admissions; [`snapshot`]:
-//!   what a statement parked before planning holds.
+//!   what a parked statement holds.
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
 //! - [`worker`], [`limit`], [`deadlock`]: the background worker's duties;
 //!   [`procs`]: reading other backends' PGPROC entries.

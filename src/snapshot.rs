@@ -1,6 +1,6 @@
-//! A statement parked before planning or at ExecutorStart holds no
-//! snapshot while it waits (docs/DESIGN.md §4, "What a parked session
-//! holds").
+//! A statement parked before planning, at ExecutorStart or in
+//! ProcessUtility holds no snapshot while it waits (docs/DESIGN.md §4,
+//! "What a parked session holds").
 //!
 //! PostgreSQL takes a snapshot for parse analysis and planning before the
 //! planner hook runs (`exec_simple_query`, and the planning of a statement
@@ -41,6 +41,17 @@
 //! a snapshot of its own (a portal that holds its results keeps a
 //! `holdSnapshot` to read them with, which a newer statement snapshot must
 //! not outrun).
+//!
+//! A utility statement (CALL, DO, COPY, CREATE TABLE AS, DDL) runs under
+//! the snapshot its portal pushed for it (`PortalRunUtility`), remembered
+//! as the portal's `portalSnapshot`, which the portal pops after the
+//! statement and a procedure's COMMIT counts (`ForgetPortalSnapshots`).
+//! The wait pops it and clears the portal's pointer, and once admitted
+//! pushes a fresh one at the portal's level and points the portal at it,
+//! as `EnsurePortalSnapshotExists` does. Only where the portal's snapshot
+//! is the active one, on the stack once and registered nowhere (a portal
+//! that keeps the statement's results registers it as its
+//! `holdSnapshot`).
 
 use pgrx::pg_sys;
 
@@ -51,6 +62,8 @@ pub enum Point {
     Planner,
     /// ExecutorStart: the snapshot is also registered by the QueryDesc.
     Executor(*mut pg_sys::QueryDesc),
+    /// ProcessUtility: the snapshot is the running portal's.
+    Utility,
 }
 
 /// Drop the statement's snapshot for the wait, where that is safe (see the
@@ -61,9 +74,10 @@ pub enum Point {
 /// Call from the hook that `at` names, with the QueryDesc it was given.
 pub unsafe fn release(at: Point) -> bool {
     // SAFETY: plain globals of this backend, and the snapshot manager's own
-    // functions, called from the planner or ExecutorStart hook, where an
-    // active snapshot, if set, is a valid SnapshotData, ActivePortal, if
-    // set, a valid portal, and the QueryDesc the one being started.
+    // functions, called from the planner, ExecutorStart or ProcessUtility
+    // hook, where an active snapshot, if set, is a valid SnapshotData,
+    // ActivePortal, if set, a valid portal, and the QueryDesc the one being
+    // started.
     unsafe {
         if pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 || !pg_sys::ActiveSnapshotSet() {
             return false;
@@ -89,6 +103,17 @@ pub unsafe fn release(at: Point) -> bool {
                 pg_sys::UnregisterSnapshot(snap);
                 (*qd).snapshot = std::ptr::null_mut();
             }
+            Point::Utility => {
+                if portal.is_null()
+                    || (*portal).portalSnapshot != snap
+                    || !(*portal).holdSnapshot.is_null()
+                    || (*snap).active_count != 1
+                    || (*snap).regd_count != 0
+                {
+                    return false;
+                }
+                (*portal).portalSnapshot = std::ptr::null_mut();
+            }
         }
         pg_sys::PopActiveSnapshot();
         // The catalog snapshot is registered too: without it, nothing this
@@ -109,10 +134,19 @@ pub unsafe fn retake(at: Point) {
     // entry (and the registration) take the place of those dropped, and
     // the callers pop and unregister them as they would have those.
     unsafe {
-        pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
-        if let Point::Executor(qd) = at {
-            // The active copy itself (a copied snapshot registers as is).
-            (*qd).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
+        match at {
+            Point::Planner => pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot()),
+            Point::Executor(qd) => {
+                pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+                // The active copy itself (a copied snapshot registers as is).
+                (*qd).snapshot = pg_sys::RegisterSnapshot(pg_sys::GetActiveSnapshot());
+            }
+            Point::Utility => {
+                // The portal is still the running one: the wait runs none.
+                let portal = pg_sys::ActivePortal;
+                pg_sys::PushActiveSnapshotWithLevel(pg_sys::GetTransactionSnapshot(), (*portal).createLevel);
+                (*portal).portalSnapshot = pg_sys::GetActiveSnapshot();
+            }
         }
     }
 }

@@ -474,3 +474,43 @@ fn a_cached_plan_parked_at_executor_start_holds_no_snapshot_in_read_committed() 
     assert!(matches!(r, WireReply::Value(None)), "returning: the row committed during its wait: {shown}");
     c.assert_quiet();
 }
+
+/// A utility statement first admitted in ProcessUtility waits without the
+/// snapshot its portal pushed for it, in READ COMMITTED: once admitted it
+/// runs under a fresh one, as if it had arrived then (CREATE TABLE AS sees
+/// the row committed during its wait), and a procedure that commits inside
+/// runs through (its COMMIT counts the portal's snapshots).
+#[test]
+fn a_utility_statement_parked_in_process_utility_holds_no_snapshot_in_read_committed() {
+    let c = cluster();
+    c.admin_exec(
+        "CREATE PROCEDURE twice() LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO t SELECT max(id) + 10 FROM t;
+           COMMIT;
+           INSERT INTO t SELECT max(id) + 10 FROM t;
+         END $$;
+         GRANT EXECUTE ON PROCEDURE twice() TO app;",
+    );
+    let mut h = holder(&c);
+    let ctas = c.app("ctas").spawn_with(|client| {
+        client.batch_execute("CREATE TEMP TABLE seen AS SELECT count(*) AS n FROM t")?;
+        let n: i64 = client.query_one("SELECT n FROM seen", &[])?.get(0);
+        assert_eq!(n, 2, "ctas: the row committed during the wait is missing");
+        Ok(())
+    });
+    c.wait_queued("ctas");
+    let call = c.app("call").spawn("CALL twice()");
+    c.wait_queued("call");
+    for name in ["ctas", "call"] {
+        wait_until(&format!("{name} holds no xmin while parked"), PROMPT, || xmin_of(&c, name).is_none());
+    }
+    c.admin_exec("INSERT INTO t VALUES (2)");
+    h.ok("COMMIT");
+    ctas.join_ok(PROMPT);
+    call.join_ok(PROMPT);
+    let ids = c.admin_query("SELECT array_agg(id ORDER BY id)::text FROM t", &[]);
+    let ids: String = ids[0].get(0);
+    assert!(ids == "{1,2,12,22}" || ids == "{1,2,22,32}", "the procedure ran through: {ids}");
+    c.assert_quiet();
+}
