@@ -167,11 +167,7 @@ fn a_bound_named_statement_first_in_a_block_parks() {
     assert!(matches!(w.query("BEGIN"), WireReply::Value(None)));
     assert!(t0.elapsed() < Duration::from_millis(500), "BEGIN waited {:?}", t0.elapsed());
     assert_eq!(c.status().queued(), 0);
-    let run = std::thread::spawn(move || {
-        w.send_bind_execute("s", &["41"]);
-        let r = w.read_reply();
-        (w, r)
-    });
+    let run = w.spawn_bind_execute("s", &["41"]);
     c.wait_queued("waiter");
     assert!(locks_t(&c, "waiter"));
     h.ok("COMMIT");
@@ -336,10 +332,7 @@ fn a_statement_parked_before_planning_holds_no_snapshot_in_read_committed() {
         client.batch_execute("COMMIT")
     });
     c.wait_queued("repeatable");
-    let bound = std::thread::spawn(move || {
-        w.send_bind_execute("s", &["40"]);
-        w.read_reply()
-    });
+    let bound = w.spawn_bind_execute("s", &["40"]);
     c.wait_queued("bound");
 
     for name in ["simple", "extended", "bound"] {
@@ -353,7 +346,7 @@ fn a_statement_parked_before_planning_holds_no_snapshot_in_read_committed() {
         r.join_ok(PROMPT);
     }
     wait_until("the bound statement returns", PROMPT, || bound.is_finished());
-    let r = bound.join().unwrap();
+    let (_, r) = bound.join().unwrap();
     assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "bound: {r:?}");
     c.assert_quiet();
 }
@@ -383,11 +376,7 @@ fn a_parse_or_prepare_runs_nothing_and_never_parks() {
     let st = c.status();
     assert_eq!((st.admitted(), st.queued()), (1, 0), "only the holder has a place, and nobody queues");
 
-    let bound = std::thread::spawn(move || {
-        w.send_bind_execute("s", &["40"]);
-        let r = w.read_reply();
-        (w, r)
-    });
+    let bound = w.spawn_bind_execute("s", &["40"]);
     c.wait_queued("parse");
     let exec = p.spawn("EXECUTE q; COMMIT");
     c.wait_queued("prepare");
@@ -427,8 +416,7 @@ fn a_cached_plan_parked_at_executor_start_holds_no_snapshot_in_read_committed() 
         let r = w.parse("s", sql);
         assert!(matches!(r, WireReply::Value(None)), "{name}: {r:?}");
         // The first execution plans, and caches the generic plan.
-        w.send_bind_execute("s", &["0"]);
-        let r = w.read_reply();
+        let r = w.bind_execute("s", &["0"]);
         assert!(!matches!(r, WireReply::Error { .. }), "{name}: {r:?}");
         w
     };
@@ -436,17 +424,11 @@ fn a_cached_plan_parked_at_executor_start_holds_no_snapshot_in_read_committed() 
     let update = prepared("update", "UPDATE t SET id = id + 10 WHERE id = $1");
     let returning = prepared("returning", "UPDATE doc SET id = id WHERE id = $1 RETURNING body");
     let mut h = holder(&c);
-    let run = |mut w: Wire, arg: &'static str| {
-        std::thread::spawn(move || {
-            w.send_bind_execute("s", &[arg]);
-            w.read_reply()
-        })
-    };
-    let select = run(select, "40");
+    let select = select.spawn_bind_execute("s", &["40"]);
     c.wait_queued("select");
-    let update = run(update, "2");
+    let update = update.spawn_bind_execute("s", &["2"]);
     c.wait_queued("update");
-    let returning = run(returning, "1");
+    let returning = returning.spawn_bind_execute("s", &["1"]);
     c.wait_queued("returning");
 
     for name in ["select", "update"] {
@@ -456,9 +438,9 @@ fn a_cached_plan_parked_at_executor_start_holds_no_snapshot_in_read_committed() 
     assert!(xmin_of(&c, "returning").is_some(), "returning parked without the snapshot its portal needs");
     c.admin_exec("INSERT INTO t VALUES (2); INSERT INTO doc VALUES (1, repeat('x', 10000))");
     h.ok("COMMIT");
-    let done = |r: std::thread::JoinHandle<WireReply>| {
+    let done = |r: std::thread::JoinHandle<(Wire, WireReply)>| {
         wait_until("the statement returns", PROMPT, || r.is_finished());
-        r.join().unwrap()
+        r.join().unwrap().1
     };
     let r = done(select);
     assert!(matches!(r, WireReply::Value(Some(ref v)) if v == "42"), "select: {r:?}");

@@ -514,15 +514,12 @@ fn bind_parameters_are_converted_after_admission() {
     // Prepared while the gate is open.
     assert_eq!(value(w.parse("s", "SELECT $1::counted[]")), None);
     let mut h = holder(&c);
-    let run = std::thread::spawn(move || {
-        w.send_bind_execute("s", &["{1}"]);
-        w.read_reply()
-    });
+    let run = w.spawn_bind_execute("s", &["{1}"]);
     c.wait_queued("binder");
     assert!(!checked(), "the domain's CHECK ran before the admission");
     h.ok("COMMIT");
     wait_until("the execution returns", PROMPT, || run.is_finished());
-    assert_eq!(value(run.join().unwrap()).as_deref(), Some("{1}"));
+    assert_eq!(value(run.join().unwrap().1).as_deref(), Some("{1}"));
     assert!(checked());
     c.assert_quiet();
 }

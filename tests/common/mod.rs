@@ -790,6 +790,24 @@ impl Wire {
         self.write(&buf);
     }
 
+    /// Bind and execute the named statement and read the answer.
+    pub fn bind_execute(&mut self, name: &str, args: &[&str]) -> WireReply {
+        self.send_bind_execute(name, args);
+        self.reply()
+    }
+
+    /// [`Wire::bind_execute`] on a thread of its own, so that the test can
+    /// watch the execution park; the thread gives the connection back with
+    /// the answer.
+    pub fn spawn_bind_execute(mut self, name: &str, args: &[&str]) -> std::thread::JoinHandle<(Wire, WireReply)> {
+        let (name, args) = (name.to_string(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        std::thread::spawn(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let r = self.bind_execute(&name, &args);
+            (self, r)
+        })
+    }
+
     /// Send Parse, Bind and Execute of `sql` (unnamed, no parameters) and
     /// flush them, without Sync: the statement runs, and then the server
     /// waits for the next message with the statement still active, as a
