@@ -277,7 +277,7 @@ pub fn release() {
     // it working (on a CPU or on I/O) that long. With stall_timeout = 0
     // nothing is long.
     let stall_us = gucs::stall_timeout_us();
-    let computed_long = stall_us > 0 && shape.is_some_and(|s| session::cpu_time_us() - s.cpu_us >= stall_us);
+    let computed_long = shape.is_some_and(|s| session::computed_long(&s, now, stall_us));
     let change = shmem::with_gate_waking(|mut l, wake| {
         let change = shape.and_then(|s| {
             let ran_long = computed_long || l.gate.slot(slot).long_run;

@@ -9,6 +9,7 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
+use gatekeeper_core::cpu_clock::{self, CpuClock};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -42,6 +43,8 @@ struct Local {
     /// statement), and when it was admitted, by the clock and by this
     /// process's CPU time: recorded when it ends.
     shape: Cell<Option<Shaped>>,
+    /// The last reading of this process's CPU clock (`shape`'s CPU time).
+    cpu_clock: Cell<CpuClock>,
     /// The limit settings' generation (`gucs::limit_generation`) this
     /// process last applied or found in force; `None` before its first
     /// admission.
@@ -60,6 +63,7 @@ thread_local! {
             chain_at: Cell::new(None),
             last_statement: Cell::new(0),
             shape: Cell::new(None),
+            cpu_clock: Cell::new(CpuClock::new()),
             applied_limit: Cell::new(None),
         }
     };
@@ -89,7 +93,10 @@ pub fn set_admitted(v: bool) {
             // The shape's clocks start at the admission, not at the request:
             // time spent queued is not the transaction's.
             if let Some(s) = l.shape.get() {
-                l.shape.set(Some(Shaped { admitted_us: now, cpu_us: cpu_time_us(), ..s }));
+                let mut clock = l.cpu_clock.get();
+                let cpu = clock.start(now, gucs::stall_timeout_us(), cpu_time_us);
+                l.cpu_clock.set(clock);
+                l.shape.set(Some(Shaped { admitted_us: now, cpu, ..s }));
             }
         }
     });
@@ -101,7 +108,8 @@ pub struct Shaped {
     pub db: u32,
     pub query_id: u64,
     pub admitted_us: i64,
-    pub cpu_us: i64,
+    /// Where its CPU time is counted from (`None` with stall relief off).
+    pub cpu: Option<cpu_clock::Start>,
 }
 
 unsafe extern "C" {
@@ -110,16 +118,28 @@ unsafe extern "C" {
 }
 
 /// This process's CPU time, in microseconds.
-pub fn cpu_time_us() -> i64 {
+fn cpu_time_us() -> i64 {
     // SAFETY: a plain C function with no arguments that only reads a clock.
     unsafe { gk_cpu_time_us() }
+}
+
+/// Whether the transaction of `shape`, ending at `now_us`, computed for
+/// `stall_us` or longer (see `gatekeeper_core::cpu_clock`: only one held
+/// that long reads the CPU clock).
+pub fn computed_long(shape: &Shaped, now_us: i64, stall_us: i64) -> bool {
+    LOCAL.with(|l| {
+        let mut clock = l.cpu_clock.get();
+        let long = clock.computed_long(shape.cpu, shape.admitted_us, now_us, stall_us, cpu_time_us);
+        l.cpu_clock.set(clock);
+        long
+    })
 }
 
 /// Remember the shape of the transaction asking for admission (see
 /// `gate::release`); its clocks start when it is admitted
 /// ([`set_admitted`]). A statement with no query id leaves no shape.
 pub fn set_shape(db: u32, query_id: u64) {
-    let shaped = (query_id != 0).then_some(Shaped { db, query_id, admitted_us: 0, cpu_us: 0 });
+    let shaped = (query_id != 0).then_some(Shaped { db, query_id, admitted_us: 0, cpu: None });
     LOCAL.with(|l| l.shape.set(shaped));
 }
 

@@ -13,6 +13,8 @@
 //! - [`controller`]: how the worker moves the ticket count.
 //! - [`adaptive`]: how the worker moves the automatic limit.
 //! - [`lending`]: how far the worker lends, judged on throughput.
+//! - [`cpu_clock`]: how long a transaction computed, with few reads of the
+//!   CPU clock.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
 //! - [`progress`]: the progress guarantee: when a stuck queue's head is
@@ -25,6 +27,7 @@ pub mod adaptive;
 pub mod admission;
 pub mod classes;
 pub mod controller;
+pub mod cpu_clock;
 pub mod cpus;
 pub mod histogram;
 pub mod history;
