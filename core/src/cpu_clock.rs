@@ -140,7 +140,7 @@ mod tests {
         let mut p = Process::new();
         let mut clock = CpuClock::default();
         for _ in 0..10_000 {
-            assert!(!p.transaction(&mut clock, 30, 10,));
+            assert!(!p.transaction(&mut clock, 30, 10));
         }
         // 400 ms of wall time, one read per 7.8 ms at most.
         let reads = p.reads.get();
