@@ -145,13 +145,15 @@ trap 'exit 130' INT TERM
 # workersonly = the gate at its defaults on the workers, not loaded on the
 # coordinator;
 # any of them with -ptMS appended sets progress_timeout to MS ms, with -cmN
-# the coordinator's max_active to N (e.g. defaults-cm32).
+# the coordinator's max_active to N (e.g. defaults-cm32), with -whMS the
+# coordinator's warm_hand_off to MS ms (e.g. defaults-wh1000).
 set_config() { # config
-  local base=${1%%-*} pt= cm= opt
+  local base=${1%%-*} pt= cm= wh= opt
   for opt in $(echo "${1#"$base"}" | tr '-' ' '); do
     case $opt in
       pt*) pt=${opt#pt} ;;
       cm*) cm=${opt#cm} ;;
+      wh*) wh=${opt#wh} ;;
       *) echo "unknown configuration option -$opt" >&2; return 1 ;;
     esac
   done
@@ -170,6 +172,7 @@ set_config() { # config
       esac
       [ -z "$pt" ] || echo "pg_gatekeeper.progress_timeout = '${pt}ms'"
       [ -z "$cm" ] || [ "$n" != coord ] || echo "pg_gatekeeper.max_active = $cm"
+      [ -z "$wh" ] || [ "$n" != coord ] || echo "pg_gatekeeper.warm_hand_off = '${wh}ms'"
     } >"$root/$n/gate.conf"
     chown postgres: "$root/$n/gate.conf"
   done
@@ -551,7 +554,7 @@ summary() {
 - PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL $PG_MAJOR (repository at $(git rev-parse --short HEAD 2>/dev/null))
 - Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
 - pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs); the hot transactions update 2 of the first 10 tellers on different workers, in random order ($nhot ordered pairs)
-- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator; -whMS = warm_hand_off MS ms on the coordinator
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
   python3 bench/citus_report.py "$out"
