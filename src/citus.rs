@@ -41,6 +41,8 @@ use std::ffi::CStr;
 
 use pgrx::pg_sys::{self, NodeTag, Oid};
 
+use crate::backend_local::BackendLocal;
+
 /// The application-name prefix of Citus's executor connections.
 const INTERNAL_PREFIX: &[u8] = b"citus_internal gpid=";
 /// The prefixes of every connection Citus opens between nodes (executor,
@@ -49,11 +51,9 @@ const ANY_PREFIX: [&[u8]; 3] = [INTERNAL_PREFIX, b"citus_rebalancer gpid=", b"ci
 const EXTENSION: &CStr = c"citus";
 const ASSIGN: &CStr = c"assign_distributed_transaction_id";
 
-thread_local! {
-    /// The OID of Citus's `assign_distributed_transaction_id` last verified
-    /// in this session (a member of the `citus` extension).
-    static ASSIGN_OID: Cell<Oid> = const { Cell::new(pg_sys::InvalidOid) };
-}
+/// The OID of Citus's `assign_distributed_transaction_id` last verified in
+/// this session (a member of the `citus` extension).
+static ASSIGN_OID: BackendLocal<Cell<Oid>> = BackendLocal::new(Cell::new(pg_sys::InvalidOid));
 
 /// The global PID in an application name of the form `<prefix><digits>`,
 /// as Citus parses it (a leading number, not zero).

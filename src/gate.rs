@@ -26,6 +26,7 @@ use gatekeeper_core::{Abandon, Full, Request};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::backend_local::BackendLocal;
 use crate::errors::{QueueFull, QueueTimeout};
 use crate::{gucs, park, session, shmem, snapshot};
 
@@ -124,10 +125,9 @@ struct Class {
     known: bool,
 }
 
-thread_local! {
-    /// The last unknown class name this session was told about.
-    static WARNED_CLASS: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
+/// The last unknown class name this session was told about.
+static WARNED_CLASS: BackendLocal<std::cell::RefCell<String>> =
+    BackendLocal::new(std::cell::RefCell::new(String::new()));
 
 /// Say once per session and name, in the server log, that the session's
 /// class is not defined. It is never an error: the session is in `default`.

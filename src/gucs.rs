@@ -15,6 +15,8 @@ use pgrx::prelude::*;
 
 use gatekeeper_core::classes::{self, ClassDef};
 
+use crate::backend_local::BackendLocal;
+
 /// Gate this session's transactions. SUSET: only a superuser can step around the gate.
 static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Target number of running transactions; 0 derives it from the CPUs.
@@ -104,17 +106,15 @@ pub enum LongLane {
 /// Upper bound of counts that size or index per-backend state (PostgreSQL's MAX_BACKENDS).
 const MAX_BACKENDS: i32 = 0x3FFFF;
 
-thread_local! {
-    /// Bumped by the assign hooks of settings that decide exemption, so that
-    /// each backend re-decides after a reload.
-    static EXEMPTION_GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// Bumped by the assign hooks of the settings that make the limit and
-    /// the classes, so that a process that reloaded applies them.
-    static LIMIT_GENERATION: Cell<u64> = const { Cell::new(0) };
-    /// This session's `pg_gatekeeper.class`, kept by its assign hook so that
-    /// reading it at each admission allocates nothing.
-    static CLASS_NAME: RefCell<String> = const { RefCell::new(String::new()) };
-}
+/// Bumped by the assign hooks of settings that decide exemption, so that
+/// each backend re-decides after a reload.
+static EXEMPTION_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+/// Bumped by the assign hooks of the settings that make the limit and the
+/// classes, so that a process that reloaded applies them.
+static LIMIT_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+/// This session's `pg_gatekeeper.class`, kept by its assign hook so that
+/// reading it at each admission allocates nothing.
+static CLASS_NAME: BackendLocal<RefCell<String>> = BackendLocal::new(RefCell::new(String::new()));
 
 pub fn init() {
     GucRegistry::define_bool_guc(

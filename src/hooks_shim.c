@@ -43,6 +43,15 @@ static object_access_hook_type prev_object_access = NULL;
 /* Depth of free-path statements being planned or started (see above). */
 static int	gk_free_depth = 0;
 
+/*
+ * This transaction holds an admission or was let through: written by the
+ * Rust side (session.rs) whenever that changes. The planner and object
+ * access hooks only decide admission, so with it set they chain at once;
+ * ExecutorStart and ProcessUtility still call in (the stall check's run
+ * start, utility scopes and chains).
+ */
+bool		gk_settled = false;
+
 static PlannedStmt *
 gk_call_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
 {
@@ -56,7 +65,7 @@ gk_planner(Query *parse, const char *query_string, int cursor_options, ParamList
 {
 	PlannedStmt *volatile result = NULL;
 
-	if (!gk_before_planner(parse))
+	if (gk_settled || !gk_before_planner(parse))
 		return gk_call_planner(parse, query_string, cursor_options, bound_params);
 	gk_free_depth++;
 	PG_TRY();
@@ -105,7 +114,7 @@ gk_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, 
 {
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
-	if (access == OAT_FUNCTION_EXECUTE && gk_free_depth == 0)
+	if (access == OAT_FUNCTION_EXECUTE && gk_free_depth == 0 && !gk_settled)
 		gk_before_function_execute();
 }
 

@@ -23,6 +23,7 @@ compile_error!("pg_gatekeeper must be built with panic = \"unwind\" (Cargo.toml'
 use pgrx::prelude::*;
 
 mod api;
+mod backend_local;
 mod citus;
 mod compat;
 mod deadlock;
@@ -78,7 +79,28 @@ pub extern "C-unwind" fn _PG_init() {
 /// The current time in microseconds (PostgreSQL's TimestampTz).
 pub fn now_us() -> i64 {
     // SAFETY: GetCurrentTimestamp only reads the clock.
-    unsafe { pg_sys::GetCurrentTimestamp() }
+    unsafe { unguarded::GetCurrentTimestamp() }
+}
+
+/// When this backend's current statement started (PostgreSQL's statement
+/// timestamp, microseconds).
+pub fn statement_start_us() -> i64 {
+    // SAFETY: returns a backend-local variable.
+    unsafe { unguarded::GetCurrentStatementStartTimestamp() }
+}
+
+/// PostgreSQL functions that cannot raise an error, called without pgrx's
+/// guard. `pg_sys` wraps every call in a thread check and a `sigsetjmp`, so
+/// that an error comes back as a Rust panic; these read a clock or a
+/// variable and return, and they run several times per transaction, where
+/// the guard costs more than the call.
+mod unguarded {
+    use pgrx::pg_sys::TimestampTz;
+
+    unsafe extern "C" {
+        pub fn GetCurrentTimestamp() -> TimestampTz;
+        pub fn GetCurrentStatementStartTimestamp() -> TimestampTz;
+    }
 }
 
 /// Clear RUST_BACKTRACE and RUST_LIB_BACKTRACE from the postmaster's

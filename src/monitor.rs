@@ -46,6 +46,8 @@ use std::ffi::{c_void, CStr};
 use pgrx::pg_sys::{self, NodeTag, Oid};
 use pgrx::prelude::*;
 
+use crate::backend_local::BackendLocal;
+
 /// The extension whose objects are trusted.
 const EXTENSION: &CStr = c"pg_gatekeeper";
 
@@ -63,9 +65,7 @@ struct Members {
     seen: Vec<(Oid, Oid, bool)>,
 }
 
-thread_local! {
-    static MEMBERS: RefCell<Option<Members>> = const { RefCell::new(None) };
-}
+static MEMBERS: BackendLocal<RefCell<Option<Members>>> = BackendLocal::new(RefCell::new(None));
 
 /// The transaction ended: what it found out may no longer hold (DROP or
 /// ALTER EXTENSION since). Called from the transaction callback.

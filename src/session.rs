@@ -13,6 +13,7 @@ use gatekeeper_core::cpu_clock::{self, CpuClock};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::backend_local::BackendLocal;
 use crate::{gucs, shmem};
 
 struct Local {
@@ -51,22 +52,33 @@ struct Local {
     applied_limit: Cell<Option<u64>>,
 }
 
-thread_local! {
-    static LOCAL: Local = const {
-        Local {
-            attached: Cell::new(false),
-            slot: Cell::new(0),
-            admitted: Cell::new(false),
-            passed: Cell::new(false),
-            exempt: Cell::new(None),
-            utility_depth: Cell::new(0),
-            chain_at: Cell::new(None),
-            last_statement: Cell::new(0),
-            shape: Cell::new(None),
-            cpu_clock: Cell::new(CpuClock::new()),
-            applied_limit: Cell::new(None),
-        }
-    };
+static LOCAL: BackendLocal<Local> = BackendLocal::new(Local {
+    attached: Cell::new(false),
+    slot: Cell::new(0),
+    admitted: Cell::new(false),
+    passed: Cell::new(false),
+    exempt: Cell::new(None),
+    utility_depth: Cell::new(0),
+    chain_at: Cell::new(None),
+    last_statement: Cell::new(0),
+    shape: Cell::new(None),
+    cpu_clock: Cell::new(CpuClock::new()),
+    applied_limit: Cell::new(None),
+});
+
+unsafe extern "C" {
+    /// The hook shim's copy of [`settled`] (hooks_shim.c): while it is set,
+    /// the hooks that only decide admission (the planner's, the object
+    /// access hook's) return without calling into Rust.
+    static mut gk_settled: bool;
+}
+
+/// Publish [`settled`] to the shim; called wherever `admitted` or `passed`
+/// changes.
+fn publish_settled(l: &Local) {
+    // SAFETY: a plain C global of this backend's, written only here, from
+    // the backend's one thread.
+    unsafe { gk_settled = l.admitted.get() || l.passed.get() };
 }
 
 /// Whether this process is a client backend (the only kind that is gated).
@@ -85,9 +97,9 @@ pub fn admitted() -> bool {
 pub fn set_admitted(v: bool) {
     LOCAL.with(|l| {
         l.admitted.set(v);
+        publish_settled(l);
         if v {
-            // SAFETY: reads a backend-local timestamp.
-            l.last_statement.set(unsafe { pg_sys::GetCurrentStatementStartTimestamp() });
+            l.last_statement.set(crate::statement_start_us());
             let now = crate::now_us();
             shmem::run_start(l.slot.get()).store(now, Ordering::Relaxed);
             // The shape's clocks start at the admission, not at the request:
@@ -157,8 +169,7 @@ pub fn note_statement() {
         if !l.admitted.get() {
             return;
         }
-        // SAFETY: reads a backend-local timestamp.
-        let started = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+        let started = crate::statement_start_us();
         if started != l.last_statement.get() {
             l.last_statement.set(started);
             shmem::run_start(l.slot.get()).store(started, Ordering::Relaxed);
@@ -191,14 +202,20 @@ pub fn settled() -> bool {
 
 /// Let the rest of this transaction through without admission.
 pub fn pass_this_transaction() {
-    LOCAL.with(|l| l.passed.set(true));
+    LOCAL.with(|l| {
+        l.passed.set(true);
+        publish_settled(l);
+    });
 }
 
 /// The transaction ended: forget what was decided for it (this touches
 /// only this backend's flags; the caller releases any admission, see
 /// `gate::end_transaction`).
 pub fn forget_transaction() {
-    LOCAL.with(|l| l.passed.set(false));
+    LOCAL.with(|l| {
+        l.passed.set(false);
+        publish_settled(l);
+    });
 }
 
 pub fn slot() -> usize {
@@ -334,5 +351,6 @@ unsafe extern "C-unwind" fn on_exit(_code: i32, _arg: pg_sys::Datum) {
     LOCAL.with(|l| {
         l.attached.set(false);
         l.admitted.set(false);
+        publish_settled(l);
     });
 }
