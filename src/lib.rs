@@ -5,6 +5,7 @@
 //! - [`gucs`]: every setting.
 //! - [`shmem`]: the shared segment and its lock.
 //! - [`session`]: this backend's slot, exemption, exit cleanup.
+//!   [`backend_local`]: where this backend's own state is kept.
 //! - [`gate`]: taking, waiting for and releasing admissions; [`snapshot`]:
 //!   what a parked statement holds.
 //! - [`hooks`]: the admission points; [`monitor`]: queries that need none.
