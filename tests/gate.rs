@@ -482,12 +482,15 @@ fn value(r: WireReply) -> Option<String> {
 /// libpq's fastpath function call (`PQfn`, on which its large-object API
 /// is built) runs a function with no statement around it, so no planner or
 /// executor hook fires: it waits for an admission before the function runs.
+/// The session ran a transaction before: the hook's shortcut for an
+/// admitted transaction (`gk_settled`) must have ended with it.
 #[test]
 fn a_fastpath_function_call_is_gated() {
     let c = Cluster::start(ONE_TICKET);
     let lo_create = c.admin_i64("SELECT 'lo_create(oid)'::regprocedure::oid::bigint") as u32;
-    let mut h = holder(&c);
     let mut w = Wire::connect(&c, "app", "fastpath");
+    assert_eq!(value(w.query("SELECT 1")).as_deref(), Some("1"));
+    let mut h = holder(&c);
     let call = std::thread::spawn(move || w.call(lo_create, &["0"]));
     c.wait_queued("fastpath");
     assert_eq!(c.admin_i64("SELECT count(*) FROM pg_largeobject_metadata"), 0, "lo_create ran unadmitted");
