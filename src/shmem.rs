@@ -3,8 +3,8 @@
 //! Layout (one `ShmemInitStruct` named "pg_gatekeeper", MAXALIGNed parts):
 //! `Shared` header | `[Slot; nslots]` (one per PGPROC number below
 //! MaxBackends) | `[HistorySample; history_cap]` | `[Activity; nslots]`
-//! (what each holder runs, see [`activity`]) | `[Shape; shapes_cap]` (the
-//! query shapes, `gatekeeper_core::shapes`).
+//! (what each holder runs, one cache line each, see [`activity`]) |
+//! `[Shape; shapes_cap]` (the query shapes, `gatekeeper_core::shapes`).
 //!
 //! Locking protocol:
 //! - `Shared::lock` (one LWLock of the "pg_gatekeeper" tranche) guards the
@@ -106,7 +106,10 @@ impl LimitStatus {
 }
 
 /// What the backend in a slot runs, written by that backend without the lock.
-#[repr(C)]
+/// One cache line each: every holder stores its `run_start` at each
+/// statement, and with entries packed two or three to a line those stores
+/// from backends on different CPUs would take the line from each other.
+#[repr(C, align(64))]
 pub struct Activity {
     /// When the holder began what it runs now: its admission, or the start
     /// of its current statement, whichever is later (microseconds).
@@ -118,6 +121,8 @@ pub struct Activity {
     /// It runs COPY FROM STDIN: a wait on its client is a wait for data.
     pub reads_client: AtomicBool,
 }
+
+const _: () = assert!(size_of::<Activity>() == 64 && align_of::<Activity>() == 64);
 
 static SHARED: AtomicPtr<Shared> = AtomicPtr::new(ptr::null_mut());
 /// Applies the settings to a newly laid out gate (see [`init`]).
@@ -176,7 +181,9 @@ fn offsets(d: Dims) -> Offsets {
     let slots = align(size_of::<Shared>());
     let history = align(slots + d.nslots * size_of::<Slot>());
     let runs = align(history + d.history_cap * size_of::<HistorySample>());
-    let shapes = align(runs + d.nslots * size_of::<Activity>());
+    // Room to start the activities on a cache line wherever the segment
+    // begins (see `activities`).
+    let shapes = align(runs + align_of::<Activity>() + d.nslots * size_of::<Activity>());
     let total = align(shapes + d.shapes_cap * size_of::<Shape>());
     Offsets { slots, history, runs, shapes, total }
 }
@@ -285,8 +292,17 @@ pub fn activity(i: usize) -> &'static Activity {
     unsafe {
         let dims = Dims::of(p);
         assert!(i < dims.nslots, "slot {i} out of range");
-        &*(p.cast::<u8>().add(offsets(dims).runs) as *const Activity).add(i)
+        &*activities(p, dims).add(i)
     }
+}
+
+/// The first `Activity`: the first cache line at or after the activities'
+/// offset. `offsets` leaves a line of room for it. The segment's mapping
+/// starts on a page in every process, so the padding is the same in each.
+fn activities(p: *mut Shared, dims: Dims) -> *const Activity {
+    let at = p.cast::<u8>().wrapping_add(offsets(dims).runs);
+    let pad = (at as usize).next_multiple_of(align_of::<Activity>()) - at as usize;
+    at.wrapping_add(pad).cast::<Activity>()
 }
 
 /// When the holder in slot `i` began what it runs now (see [`Activity`]).
