@@ -286,9 +286,11 @@ pub fn worker_procno() -> &'static AtomicI32 {
 pub fn activity(i: usize) -> &'static Activity {
     let p = shared_ptr();
     // SAFETY: the segment lives as long as the process once created; the
-    // activities are an array of `nslots` atomics at their offset, zeroed at
-    // creation (a valid value for each), and `nslots` is written once at
-    // startup. An index out of range panics before any pointer is formed.
+    // activities are an array of `nslots` atomics on the first cache line
+    // at or after their offset (`activities`; `offsets` counts the line of
+    // room), zeroed at creation (a valid value for each), and `nslots` is
+    // written once at startup. An index out of range panics before any
+    // pointer is formed.
     unsafe {
         let dims = Dims::of(p);
         assert!(i < dims.nslots, "slot {i} out of range");
