@@ -271,8 +271,10 @@ fn sample_and_steer(
     let stall_us = gucs::stall_timeout_us();
     let lane_on = gucs::long_lane() == gucs::LongLane::On;
     let mut scan = live.scan();
-    // Decide under the shared lock: the scan covers every slot, and backends
-    // taking and giving back tickets need the lock in exclusive mode.
+    // Decide under the shared lock: the scan covers every holder, and
+    // backends taking and giving back tickets need the lock in exclusive
+    // mode. It walks the holders' list, not every connection's slot, so the
+    // lock is held as long with 4,000 connections as with 40.
     let mut changes: Vec<(usize, Act)> = vec![];
     let (busy, working, computing) = shmem::with_gate_shared(|l| {
         let (mut busy, mut computing) = (0u32, 0u32);
@@ -284,10 +286,7 @@ fn sample_and_steer(
         // Nor which of the long lane's holders are beyond its cap; while
         // some are, the lane's holders count against the tickets.
         let lane_counts = h.lane_excess() > 0;
-        for (i, s) in l.gate.slots().iter().enumerate() {
-            if s.state != SlotState::Admitted {
-                continue;
-            }
+        for (i, s) in l.gate.holders() {
             // One reading of the wait event serves every decision below.
             let wait = procs::holder_wait(i);
             if h.queued > 0 {

@@ -37,7 +37,10 @@
 //!
 //! All operations are O(1) in the number of sessions, and O(classes) where
 //! a class is chosen, except [`Gate::queue_position`] and [`Gate::check`],
-//! which walk queues and serve reporting and tests. The caller serialises
+//! which walk queues and serve reporting and tests. The holders are linked
+//! in a list of their own ([`Gate::holders`]), so that whoever samples them
+//! (the worker, every few milliseconds while sessions wait) walks the
+//! holders, not every connection's slot. The caller serialises
 //! every call (the extension holds its LWLock in exclusive mode); this
 //! module itself has no locking.
 
@@ -187,6 +190,9 @@ pub struct GateHeader {
     /// served. See [`Gate::next_in`].
     pub warm_hand_off_us: i64,
     pub classes: [ClassState; MAX_CLASSES],
+    /// The most recently admitted holder, first of the holders' list
+    /// ([`Gate::holders`]); [`NIL`] when none.
+    holders_head: u32,
 }
 
 impl GateHeader {
@@ -272,6 +278,8 @@ pub struct Slot {
     pub long_run: bool,
     /// Index in the class table of the class of the current or last request.
     pub class: u8,
+    /// Links: in its class's queue while queued, in the holders' list
+    /// while admitted (a slot is never in both), [`NIL`] otherwise.
     prev: u32,
     next: u32,
     /// When the current or last wait began.
@@ -305,7 +313,8 @@ impl<'a> Gate<'a> {
     /// built-in classes `default` and `long` (the long lane, at its default
     /// cap until the settings are applied).
     pub fn init(&mut self, limit: u32, now_us: i64) {
-        *self.h = GateHeader { limit, tickets: limit, stats_reset_us: now_us, ..GateHeader::default() };
+        *self.h =
+            GateHeader { limit, tickets: limit, stats_reset_us: now_us, holders_head: NIL, ..GateHeader::default() };
         for c in self.h.classes.iter_mut() {
             c.head = NIL;
             c.tail = NIL;
@@ -561,6 +570,7 @@ impl<'a> Gate<'a> {
         }
         self.h.holders -= 1;
         self.h.classes[c].admitted -= 1;
+        self.unlink_holder(i);
         let s = &mut self.slots[i];
         s.state = SlotState::Idle;
         s.overflow = false;
@@ -755,6 +765,19 @@ impl<'a> Gate<'a> {
         (0..MAX_CLASSES).flat_map(move |c| self.class_queue(c))
     }
 
+    /// Every holder with its slot index, the most recently admitted first.
+    /// O(holders), however many slots there are.
+    pub fn holders(&self) -> impl Iterator<Item = (usize, &Slot)> + '_ {
+        let mut cur = self.h.holders_head;
+        std::iter::from_fn(move || {
+            (cur != NIL).then(|| {
+                let i = cur as usize;
+                cur = self.slots[i].next;
+                (i, &self.slots[i])
+            })
+        })
+    }
+
     /// The most sessions that held or waited for an admission at once since
     /// the last call (at least as many as do now), and start a new count.
     pub fn take_demand_peak(&mut self) -> u32 {
@@ -771,6 +794,20 @@ impl<'a> Gate<'a> {
         let admitted = count(&|s| s.state == SlotState::Admitted);
         if admitted != h.holders {
             return Err(format!("holders {} but {} admitted slots", h.holders, admitted));
+        }
+        let (mut n, mut prev) = (0u32, NIL);
+        for (i, s) in self.holders() {
+            if s.state != SlotState::Admitted || s.prev != prev {
+                return Err(format!("broken holders' list link at slot {i}"));
+            }
+            prev = i as u32;
+            n += 1;
+            if n > h.holders {
+                return Err("the holders' list is longer than the holders (cycle?)".to_string());
+            }
+        }
+        if n != h.holders {
+            return Err(format!("the holders' list has {n} slots, holders {}", h.holders));
         }
         let queued = count(&|s| s.state == SlotState::Queued);
         if queued != h.queued {
@@ -957,6 +994,7 @@ impl<'a> Gate<'a> {
         s.long_run = false;
         s.xacts_admitted += 1;
         let c = s.class as usize;
+        self.link_holder(i);
         self.h.holders += 1;
         self.h.classes[c].admitted += 1;
         self.note_demand();
@@ -981,6 +1019,32 @@ impl<'a> Gate<'a> {
         s.last_wait_us = waited;
         s.wait_total_us += waited;
         waited
+    }
+
+    /// Put slot `i` (in no queue) at the head of the holders' list.
+    fn link_holder(&mut self, i: usize) {
+        let head = self.h.holders_head;
+        self.slots[i].prev = NIL;
+        self.slots[i].next = head;
+        if head != NIL {
+            self.slots[head as usize].prev = i as u32;
+        }
+        self.h.holders_head = i as u32;
+    }
+
+    /// Take slot `i` out of the holders' list.
+    fn unlink_holder(&mut self, i: usize) {
+        let (prev, next) = (self.slots[i].prev, self.slots[i].next);
+        if prev == NIL {
+            self.h.holders_head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.slots[next as usize].prev = prev;
+        }
+        self.slots[i].prev = NIL;
+        self.slots[i].next = NIL;
     }
 
     fn push_tail(&mut self, i: usize) {
@@ -1050,6 +1114,52 @@ mod tests {
             self.gate().check().unwrap();
             woken
         }
+    }
+
+    /// The holders' list names exactly the admitted slots, whichever order
+    /// they are admitted and released in, through hand-offs, overflow
+    /// admissions and exits, and is walked without touching other slots.
+    #[test]
+    fn holders_list_follows_admissions_and_releases() {
+        let mut f = Fixture::new(64, 3);
+        let holders = |f: &mut Fixture| {
+            let mut v: Vec<usize> = f.gate().holders().map(|(i, _)| i).collect();
+            v.sort();
+            v
+        };
+        assert!(holders(&mut f).is_empty());
+        for i in [10, 20, 30, 40, 50] {
+            f.gate().request(i, DEFAULT, i as i64, 0);
+        }
+        assert_eq!(holders(&mut f), vec![10, 20, 30]);
+        // The newest first.
+        assert_eq!(f.gate().holders().map(|(i, _)| i).collect::<Vec<_>>(), vec![30, 20, 10]);
+        // The middle one releases: its place goes to 40.
+        assert_eq!(f.release(20, 100), vec![40]);
+        assert_eq!(holders(&mut f), vec![10, 30, 40]);
+        // The newest, then the oldest.
+        assert_eq!(f.release(40, 101), vec![50]);
+        assert_eq!(f.release(10, 102), Vec::<usize>::new());
+        assert_eq!(holders(&mut f), vec![30, 50]);
+        // An overflow admission joins the list; an exit leaves it.
+        assert_eq!(f.gate().request(60, DEFAULT, 103, 0), Request::Admitted);
+        assert_eq!(f.gate().request(61, DEFAULT, 103, 0), Request::Queued { position: 1 });
+        assert_eq!(f.gate().request(62, DEFAULT, 103, 0), Request::Queued { position: 2 });
+        assert!(f.gate().overflow_admit(62, 104));
+        assert_eq!(holders(&mut f), vec![30, 50, 60, 62]);
+        let mut woken = vec![];
+        f.gate().detach(50, 105, &mut |w| woken.push(w));
+        f.gate().check().unwrap();
+        // The overflow admission counts: no place for 61 yet.
+        assert!(woken.is_empty());
+        assert_eq!(holders(&mut f), vec![30, 60, 62]);
+        assert_eq!(f.release(30, 106), vec![61]);
+        assert_eq!(holders(&mut f), vec![60, 61, 62]);
+        for i in [60, 61, 62] {
+            f.release(i, 107);
+        }
+        assert!(holders(&mut f).is_empty());
+        f.gate().check().unwrap();
     }
 
     #[test]
