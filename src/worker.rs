@@ -30,7 +30,7 @@ use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::lending;
-use gatekeeper_core::{working, SlotState};
+use gatekeeper_core::working;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -482,15 +482,16 @@ enum Act {
 fn record_history(hist: &mut HistoryState, now: i64) {
     shmem::with_gate(|l| {
         let h = *l.gate.header();
-        let (mut idle, mut idle_in_xact, mut running) = (0, 0, 0);
-        for (i, s) in l.gate.slots().iter().enumerate() {
-            match s.state {
-                SlotState::Idle => idle += 1,
-                SlotState::Admitted if procs::waits_on_client(i) => idle_in_xact += 1,
-                SlotState::Admitted if !s.stalled => running += 1,
-                _ => {}
+        // The holders only: the idle sessions are counted in the header.
+        let (mut idle_in_xact, mut running) = (0, 0);
+        for (i, s) in l.gate.holders() {
+            if procs::waits_on_client(i) {
+                idle_in_xact += 1;
+            } else if !s.stalled {
+                running += 1;
             }
         }
+        let idle = h.sessions.saturating_sub(h.holders + h.queued);
         let dt_s = ((now - hist.last_at_us).max(1)) as f64 / 1e6;
         let waits = h.waits.since(&hist.last_waits);
         let sample = HistorySample {

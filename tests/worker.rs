@@ -14,7 +14,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_stays_queued, wait_until, Cluster, Session, Wire, WireReply};
+use common::{assert_stays_queued, wait_until, wait_until_or, Cluster, Session, Wire, WireReply};
 
 const PROMPT: Duration = Duration::from_secs(2);
 
@@ -569,6 +569,59 @@ fn long_waits_are_logged_and_recorded_in_history() {
     wait_until("a history sample records the wait", Duration::from_secs(5), || {
         c.admin_i64("SELECT count(*) FROM gatekeeper.history WHERE wait_p99_ms >= 250") >= 1
     });
+    c.assert_quiet();
+}
+
+/// The history counts each kind of gated session: idle ones (counted in
+/// the gate's header), holders idle in transaction or running (walked in the
+/// holders' list), and the queue. Exempt sessions are not counted.
+#[test]
+fn history_counts_idle_holding_and_queued_sessions() {
+    let mut settings = ONE_TICKET.to_vec();
+    settings.push(("pg_gatekeeper.history_interval", "50ms"));
+    let c = Cluster::start(&settings);
+    let sample = "SELECT count(*) FROM gatekeeper.history WHERE sample_time > $1::text::timestamptz \
+                  AND idle = $2 AND idle_in_transaction = $3 AND running = $4 AND queued = $5 AND admitted = $6";
+    let seen = |since: &str, counts: [i32; 5]| {
+        let [idle, in_xact, running, queued, admitted] = counts;
+        let rows = c.admin_query(sample, &[&since, &idle, &in_xact, &running, &queued, &admitted]);
+        rows[0].get::<_, i64>(0) >= 1
+    };
+    let now = || c.admin_query("SELECT now()::text", &[])[0].get::<_, String>(0);
+    let last = || {
+        let r = c.admin_query(
+            "SELECT format(E'\\nlast sample: idle %s, in transaction %s, running %s, queued %s, admitted %s',
+                          idle, idle_in_transaction, running, queued, admitted)
+               FROM gatekeeper.history ORDER BY sample_time DESC LIMIT 1",
+            &[],
+        );
+        r.first().map_or_else(String::new, |r| r.get(0))
+    };
+    let mut idle: Vec<Session> = ["idle1", "idle2"].iter().map(|n| c.app(n)).collect();
+    for s in idle.iter_mut() {
+        s.ok("SELECT 1");
+    }
+    let mut h = idle_in_transaction(&c, "holder");
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+    let since = now();
+    wait_until_or(
+        "a sample with 2 idle, 1 idle in transaction, 1 queued",
+        Duration::from_secs(5),
+        || seen(&since, [2, 1, 0, 1, 1]),
+        last,
+    );
+    h.ok("COMMIT");
+    let _waiter = w.join_ok(PROMPT);
+    drop(idle.remove(0));
+    // idle2, the holder and the waiter (still connected), all idle now.
+    let since = now();
+    wait_until_or(
+        "a sample with 3 idle and nobody admitted",
+        Duration::from_secs(5),
+        || seen(&since, [3, 0, 0, 0, 0]),
+        last,
+    );
     c.assert_quiet();
 }
 

@@ -73,6 +73,13 @@ pub enum SlotState {
     Exempt = 4,
 }
 
+impl SlotState {
+    /// Attached and gated: idle, queued or admitted.
+    pub fn is_gated(self) -> bool {
+        matches!(self, SlotState::Idle | SlotState::Queued | SlotState::Admitted)
+    }
+}
+
 /// Why a waiter left the queue without being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Abandon {
@@ -177,6 +184,9 @@ pub struct GateHeader {
     pub stalled: u32,
     /// Sessions queued, all classes together.
     pub queued: u32,
+    /// Gated sessions attached: idle, queued or holding an admission (so
+    /// the idle ones are `sessions - holders - queued`, with no scan).
+    pub sessions: u32,
     /// Most sessions holding or waiting for an admission at once since the
     /// worker last took it ([`Gate::take_demand_peak`]).
     pub demand_peak: u32,
@@ -350,6 +360,12 @@ impl<'a> Gate<'a> {
     /// must already have been detached.
     pub fn attach(&mut self, i: usize, pid: i32, exempt: bool) {
         debug_assert!(!matches!(self.slots[i].state, SlotState::Queued | SlotState::Admitted));
+        if self.slots[i].state.is_gated() {
+            self.h.sessions -= 1;
+        }
+        if !exempt {
+            self.h.sessions += 1;
+        }
         self.slots[i] = Slot {
             pid,
             state: if exempt { SlotState::Exempt } else { SlotState::Idle },
@@ -364,8 +380,14 @@ impl<'a> Gate<'a> {
     pub fn set_exempt(&mut self, i: usize, exempt: bool) {
         let s = &mut self.slots[i];
         match (s.state, exempt) {
-            (SlotState::Idle, true) => s.state = SlotState::Exempt,
-            (SlotState::Exempt, false) => s.state = SlotState::Idle,
+            (SlotState::Idle, true) => {
+                s.state = SlotState::Exempt;
+                self.h.sessions -= 1;
+            }
+            (SlotState::Exempt, false) => {
+                s.state = SlotState::Idle;
+                self.h.sessions += 1;
+            }
             _ => {}
         }
     }
@@ -592,6 +614,9 @@ impl<'a> Gate<'a> {
             }
             _ => {}
         }
+        if self.slots[i].state.is_gated() {
+            self.h.sessions -= 1;
+        }
         self.slots[i] = Slot { prev: NIL, next: NIL, ..Slot::default() };
     }
 
@@ -808,6 +833,10 @@ impl<'a> Gate<'a> {
         }
         if n != h.holders {
             return Err(format!("the holders' list has {n} slots, holders {}", h.holders));
+        }
+        let sessions = count(&|s| s.state.is_gated());
+        if sessions != h.sessions {
+            return Err(format!("sessions {} but {sessions} gated slots", h.sessions));
         }
         let queued = count(&|s| s.state == SlotState::Queued);
         if queued != h.queued {
@@ -1114,6 +1143,38 @@ mod tests {
             self.gate().check().unwrap();
             woken
         }
+    }
+
+    /// The gated sessions are counted through attach, exemption, queueing,
+    /// admission and exit, so that the idle ones need no scan.
+    #[test]
+    fn gated_sessions_are_counted_without_a_scan() {
+        let mut f = Fixture::new(8, 1);
+        let idle = |f: &mut Fixture| {
+            let h = *f.gate().header();
+            h.sessions - h.holders - h.queued
+        };
+        assert_eq!(f.gate().header().sessions, 8);
+        f.gate().detach(7, 0, &mut |_| {});
+        f.gate().attach(7, 2007, true);
+        f.gate().check().unwrap();
+        assert_eq!((f.gate().header().sessions, idle(&mut f)), (7, 7));
+        f.gate().set_exempt(7, false);
+        f.gate().set_exempt(6, true);
+        f.gate().set_exempt(6, true);
+        f.gate().check().unwrap();
+        assert_eq!(f.gate().header().sessions, 7);
+        f.gate().request(0, DEFAULT, 1, 0);
+        f.gate().request(1, DEFAULT, 1, 0);
+        assert_eq!((f.gate().header().sessions, idle(&mut f)), (7, 5));
+        // An exempt slot's state stays while it is queued or admitted.
+        f.gate().set_exempt(1, true);
+        f.gate().detach(1, 2, &mut |_| {});
+        f.gate().detach(6, 2, &mut |_| {});
+        f.gate().check().unwrap();
+        assert_eq!((f.gate().header().sessions, idle(&mut f)), (6, 5));
+        f.release(0, 3);
+        assert_eq!(idle(&mut f), 6);
     }
 
     /// The holders' list names exactly the admitted slots, whichever order
