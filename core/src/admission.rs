@@ -791,7 +791,9 @@ impl<'a> Gate<'a> {
     }
 
     /// Every holder with its slot index, the most recently admitted first.
-    /// O(holders), however many slots there are.
+    /// O(holders), however many slots there are. The walk stops after as
+    /// many steps as there are slots, so that a broken link (which
+    /// [`Gate::check`] reports) could never keep the worker under the lock.
     pub fn holders(&self) -> impl Iterator<Item = (usize, &Slot)> + '_ {
         let mut cur = self.h.holders_head;
         std::iter::from_fn(move || {
@@ -801,6 +803,7 @@ impl<'a> Gate<'a> {
                 (i, &self.slots[i])
             })
         })
+        .take(self.slots.len())
     }
 
     /// The most sessions that held or waited for an admission at once since
