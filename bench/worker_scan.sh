@@ -29,7 +29,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2; shift 2 ;;
     --lib) libs+=("$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,8 +51,14 @@ dir=$(cluster_dir pg_gatekeeper_worker_scan)
 saved=$dir/installed.so
 cp "$installed" "$saved"
 cleanup() {
-  cluster_drop "$dir" || true
-  install -m 755 "$saved" "$installed" 2>/dev/null || true
+  # The saved library lives in the cluster's directory: put it back first,
+  # and keep the directory if that fails.
+  if install -m 755 "$saved" "$installed"; then
+    cluster_drop "$dir" || true
+  else
+    cluster_stop "$dir"
+    echo "could not put the installed library back: it is in $saved" >&2
+  fi
 }
 trap cleanup EXIT
 port=$((20000 + RANDOM % 20000))
