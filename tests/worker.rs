@@ -587,7 +587,6 @@ fn history_counts_idle_holding_and_queued_sessions() {
         let rows = c.admin_query(sample, &[&since, &idle, &in_xact, &running, &queued, &admitted]);
         rows[0].get::<_, i64>(0) >= 1
     };
-    let now = || c.admin_query("SELECT now()::text", &[])[0].get::<_, String>(0);
     let last = || {
         let r = c.admin_query(
             "SELECT format(E'\\nlast sample: idle %s, in transaction %s, running %s, queued %s, admitted %s',
@@ -597,6 +596,12 @@ fn history_counts_idle_holding_and_queued_sessions() {
         );
         r.first().map_or_else(String::new, |r| r.get(0))
     };
+    // A sample taken from now on with these counts: idle, in transaction,
+    // running, queued, admitted.
+    let wait_for_sample = |desc: &str, counts: [i32; 5]| {
+        let since = c.admin_query("SELECT now()::text", &[])[0].get::<_, String>(0);
+        wait_until_or(desc, Duration::from_secs(5), || seen(&since, counts), last);
+    };
     let mut idle: Vec<Session> = ["idle1", "idle2"].iter().map(|n| c.app(n)).collect();
     for s in idle.iter_mut() {
         s.ok("SELECT 1");
@@ -604,24 +609,12 @@ fn history_counts_idle_holding_and_queued_sessions() {
     let mut h = idle_in_transaction(&c, "holder");
     let w = c.app("waiter").spawn("SELECT 1");
     c.wait_queued("waiter");
-    let since = now();
-    wait_until_or(
-        "a sample with 2 idle, 1 idle in transaction, 1 queued",
-        Duration::from_secs(5),
-        || seen(&since, [2, 1, 0, 1, 1]),
-        last,
-    );
+    wait_for_sample("a sample with 2 idle, 1 idle in transaction, 1 queued", [2, 1, 0, 1, 1]);
     h.ok("COMMIT");
     let _waiter = w.join_ok(PROMPT);
     drop(idle.remove(0));
     // idle2, the holder and the waiter (still connected), all idle now.
-    let since = now();
-    wait_until_or(
-        "a sample with 3 idle and nobody admitted",
-        Duration::from_secs(5),
-        || seen(&since, [3, 0, 0, 0, 0]),
-        last,
-    );
+    wait_for_sample("a sample with 3 idle and nobody admitted", [3, 0, 0, 0, 0]);
     c.assert_quiet();
 }
 
