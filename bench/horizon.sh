@@ -40,13 +40,10 @@ done
 case $protocol in simple | extended | prepared) ;; *) echo "-M: simple, extended or prepared" >&2; exit 2 ;; esac
 source scripts/pg_env.sh "$pg"
 source scripts/cluster.sh
-libdir=$("$PG_CONFIG" --pkglibdir)
-installed=$libdir/pg_gatekeeper.so
-[ -f "$installed" ] || { echo "pg_gatekeeper is not installed for PostgreSQL $pg (scripts/install.sh $pg --release)" >&2; exit 2; }
-for l in "${libs[@]}"; do [ -f "${l#*=}" ] || { echo "no such library: ${l#*=}" >&2; exit 2; }; done
-[ ${#libs[@]} -gt 0 ] || libs=("installed=$installed")
-saved=$(mktemp)
-cp "$installed" "$saved"
+source bench/libswap.sh
+libswap_check "${libs[@]}"
+libswap_save
+[ ${#libs[@]} -gt 0 ] || libs=("installed=$INSTALLED_LIB")
 dir=$(cluster_dir horizon)
 port=5499
 cleanup() {
@@ -54,8 +51,7 @@ cleanup() {
   # A failed run shows why before its cluster goes.
   [ "$rc" = 0 ] || tail -n 20 "$dir/server.log" >&2 2>/dev/null || true
   cluster_drop "$dir" >/dev/null 2>&1 || true
-  cp "$saved" "$installed"
-  rm -f "$saved"
+  libswap_restore
 }
 trap cleanup EXIT
 
@@ -67,12 +63,12 @@ start_with() { # preload (a library file to install first, or nothing)
   cluster_stop "$dir" >/dev/null 2>&1 || true
   sed -i '/^shared_preload_libraries/d' "$conf"
   if [ -n "$1" ]; then
-    [ "$1" -ef "$installed" ] || cp "$1" "$installed"
+    libswap_use "$1"
     echo "shared_preload_libraries = 'pg_gatekeeper'" >> "$conf"
   fi
   cluster_start "$dir" >/dev/null
 }
-start_with "$installed"
+start_with "$INSTALLED_LIB"
 psql_pg -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
   -c "DO \$\$ BEGIN CREATE ROLE bench LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$" \
   -c "GRANT ALL ON SCHEMA public TO bench"

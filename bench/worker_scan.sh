@@ -36,29 +36,21 @@ done
 ((duration >= 12)) || { echo "--duration must be at least 12 s (5 s each side of the window)" >&2; exit 2; }
 source "$here/../scripts/pg_env.sh"
 source "$here/../scripts/cluster.sh"
-installed=$("$PG_CONFIG" --pkglibdir)/pg_gatekeeper.so
-[[ -f $installed ]] || { echo "pg_gatekeeper is not installed for PostgreSQL $PG_MAJOR" >&2; exit 2; }
+source "$here/libswap.sh"
+libswap_check "${libs[@]}"
+libswap_save
+((${#libs[@]})) || libs=("installed=$INSTALLED_LIB")
 names=() files=()
 for l in "${libs[@]}"; do
-  [[ $l == *=* && -f ${l#*=} ]] || { echo "--lib wants NAME=FILE with an existing FILE: $l" >&2; exit 2; }
   names+=("${l%%=*}") files+=("${l#*=}")
 done
-((${#names[@]})) || names=(installed) files=("")
 out=${out:-$(mktemp -d /tmp/worker_scan.XXXXXX)}
 mkdir -p "$out"
 
 dir=$(cluster_dir pg_gatekeeper_worker_scan)
-saved=$dir/installed.so
-cp "$installed" "$saved"
 cleanup() {
-  # The saved library lives in the cluster's directory: put it back first,
-  # and keep the directory if that fails.
-  if install -m 755 "$saved" "$installed"; then
-    cluster_drop "$dir" || true
-  else
-    cluster_stop "$dir"
-    echo "could not put the installed library back: it is in $saved" >&2
-  fi
+  cluster_drop "$dir" || true
+  libswap_restore
 }
 trap cleanup EXIT
 port=$((20000 + RANDOM % 20000))
@@ -85,7 +77,7 @@ for ((r = 1; r <= rounds; r++)); do
   if ((r % 2 == 0)); then mapfile -t order < <(printf '%s\n' "${order[@]}" | tac); fi
   for n in $slots; do
     for k in "${order[@]}"; do
-      [[ -z ${files[k]} ]] || install -m 755 "${files[k]}" "$installed"
+      libswap_use "${files[k]}"
       cluster_start "$dir" -o "-c max_connections=$n"
       as_pg "$PG_BINDIR/pgbench" -h "$dir" -p "$port" -U bench -c "$clients" -j 2 -T "$duration" -n bench \
         > "$out/pgbench-$r-${names[k]}-$n.log" 2>&1 &
