@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 
+import damon
 from pgbench import WORKLOADS
 from runner import IDLE_SLEEP_S
 from schedule import Schedule
@@ -61,6 +62,10 @@ def parse_args(argv):
                         "the built-in defaults (automatic limit)")
     p.add_argument("--set", action="append", default=[], metavar="GUC=VALUE",
                    help="extra server setting for every configuration (repeatable)")
+    p.add_argument("--damon", dest="damon_mode", choices=["leave", "stop"], default="leave",
+                   help="DAMON, the kernel's data access monitor (bench/damon.py): leave it as it is "
+                        "(default; the summary says what runs), or stop its kdamonds for the run and "
+                        "start them again at exit")
     p.add_argument("--async", dest="async_commit", action="store_true",
                    help="synchronous_commit = off (the CPU-bound variant; the summary's Server line says so). "
                         "Default: PostgreSQL's durable commits")
@@ -198,6 +203,11 @@ def main(argv):
 
     r = Schedule(a)
     atexit.register(r.cleanup)
+    # What runs before the run touches it, for the summary.
+    a.damon = damon.describe()
+    pause = damon.Pause()
+    atexit.register(pause.restore)
+    a.damon_stopped = a.damon_mode == "stop" and pause.stop()
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt("signal %d" % signum)
@@ -218,6 +228,7 @@ def main(argv):
         rc = 2
     finally:
         r.cleanup()
+        pause.restore()
         if r.failures and os.path.exists(r.cluster.logfile):
             shutil.copy(r.cluster.logfile, os.path.join(a.out, "postgres.log"))
         cores = glob.glob(os.path.join(a.workdir, "data", "core*"))

@@ -116,11 +116,21 @@ def placement(meta):
                                                                     meta.get("server_cpus") or "?")
 
 
+def damon_note(meta):
+    """The kernel's data access monitor during the run (bench/damon.py), when recorded."""
+    if meta.get("damon") is None:
+        return ""
+    if meta.get("damon_stopped"):
+        return "; DAMON: %s, **stopped for this run** (`--damon stop`)" % meta["damon"]
+    return "; DAMON: %s" % meta["damon"]
+
+
 def machine_block(meta, rows):
     lines = []
     if meta:
-        lines.append("- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s" % (
-            meta.get("nproc"), meta.get("cpu_model"), meta.get("memory_gb"), meta.get("os"), meta.get("kernel")))
+        lines.append("- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s%s" % (
+            meta.get("nproc"), meta.get("cpu_model"), meta.get("memory_gb"), meta.get("os"), meta.get("kernel"),
+            damon_note(meta)))
         lines.append("- **Software:** %s; %s; %s; pg_gatekeeper %s (%s)" % (
             meta.get("postgres"), meta.get("pgbouncer"), meta.get("pgbench"), meta.get("git"),
             meta.get("extension_build")))

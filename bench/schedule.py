@@ -155,6 +155,8 @@ class Schedule(Runner):
             "cpu_model": model,
             "memory_gb": mem,
             "kernel": platform.release(),
+            "damon": a.damon,
+            "damon_stopped": a.damon_stopped,
             "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
             "postgres": self.cluster.sql("SELECT version()").split(" on ")[0],
             "pgbench": sh(os.path.join(a.pg_bin, "pgbench") + " --version"),
