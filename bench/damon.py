@@ -39,7 +39,7 @@ def _schemes(kd):
     """'paddr pageout' and the like: each context's operations and actions."""
     out = []
     ctxs = os.path.join(kd, "contexts")
-    for c in sorted(n for n in os.listdir(ctxs) if n.isdigit()) if os.path.isdir(ctxs) else []:
+    for c in (sorted(n for n in os.listdir(ctxs) if n.isdigit()) if os.path.isdir(ctxs) else []):
         ops = _read(os.path.join(ctxs, c, "operations"))
         sdir = os.path.join(ctxs, c, "schemes")
         acts = [_read(os.path.join(sdir, s, "action"))
