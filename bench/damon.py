@@ -26,34 +26,35 @@ def _read(path):
         return ""
 
 
-def kdamonds():
-    """The kdamond directories configured through DAMON's sysfs interface."""
+def _numbered(path):
+    """The numbered entries of one of DAMON's sysfs directories, in order."""
     try:
-        names = sorted(os.listdir(ROOT), key=lambda n: (len(n), n))
+        names = [n for n in os.listdir(path) if n.isdigit()]
     except OSError:
         return []
-    return [os.path.join(ROOT, n) for n in names if n.isdigit()]
+    return [os.path.join(path, n) for n in sorted(names, key=int)]
+
+
+def running():
+    """The kdamond directories whose thread runs."""
+    return [kd for kd in _numbered(ROOT) if _read(os.path.join(kd, "state")) == "on"]
 
 
 def _schemes(kd):
     """'paddr pageout' and the like: each context's operations and actions."""
     out = []
-    ctxs = os.path.join(kd, "contexts")
-    for c in (sorted(n for n in os.listdir(ctxs) if n.isdigit()) if os.path.isdir(ctxs) else []):
-        ops = _read(os.path.join(ctxs, c, "operations"))
-        sdir = os.path.join(ctxs, c, "schemes")
-        acts = [_read(os.path.join(sdir, s, "action"))
-                for s in sorted(n for n in os.listdir(sdir) if n.isdigit())] if os.path.isdir(sdir) else []
-        out.append("%s %s" % (ops, "/".join(acts) or "no scheme"))
+    for ctx in _numbered(os.path.join(kd, "contexts")):
+        acts = [_read(os.path.join(s, "action")) for s in _numbered(os.path.join(ctx, "schemes"))]
+        out.append("%s %s" % (_read(os.path.join(ctx, "operations")), "/".join(acts) or "no scheme"))
     return ", ".join(out) or "no context"
 
 
 def describe():
     """One line: which kdamonds run and what they do, or that none does."""
-    running = [kd for kd in kdamonds() if _read(os.path.join(kd, "state")) == "on"]
-    if not running:
+    kds = running()
+    if not kds:
         return "none running"
-    return "%d kdamond(s) running (%s)" % (len(running), "; ".join(_schemes(kd) for kd in running))
+    return "%d kdamond(s) running (%s)" % (len(kds), "; ".join(_schemes(kd) for kd in kds))
 
 
 class Pause:
@@ -64,9 +65,7 @@ class Pause:
         self.stopped = []
 
     def stop(self):
-        for kd in kdamonds():
-            if _read(os.path.join(kd, "state")) != "on":
-                continue
+        for kd in running():
             try:
                 with open(os.path.join(kd, "state"), "w") as f:
                     f.write("off")
