@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from report import TITLES, cell, fmt, median, num, placement
+from report import TITLES, cell, fmt, machine_lines, median, num, placement
 
 ADAPTIVE = "gk-adaptive"
 MODES = ("shared", "pinned")
@@ -71,10 +71,7 @@ def header(metas, info):
     m = next(iter(metas.values()), {})
     lines = ["## The adaptive limit side by side", ""]
     if m:
-        lines.append("- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s" % (
-            m.get("nproc"), m.get("cpu_model"), m.get("memory_gb"), m.get("os"), m.get("kernel")))
-        lines.append("- **Software:** %s; %s; %s; pg_gatekeeper %s (%s)" % (
-            m.get("postgres"), m.get("pgbouncer"), m.get("pgbench"), m.get("git"), m.get("extension_build")))
+        lines += machine_lines(m)
     if info:
         lines.append("- **Command:** `%s`%s" % (info.get("command"), " (smoke: the script's own test; "
                                                  "its figures measure nothing)" if info.get("smoke") else ""))

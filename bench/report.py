@@ -125,15 +125,22 @@ def damon_note(meta):
     return "; DAMON: %s" % meta["damon"]
 
 
+def machine_lines(meta):
+    """The Machine and Software lines of a run's header, from its meta.json."""
+    return [
+        "- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s%s" % (
+            meta.get("nproc"), meta.get("cpu_model"), meta.get("memory_gb"), meta.get("os"), meta.get("kernel"),
+            damon_note(meta)),
+        "- **Software:** %s; %s; %s; pg_gatekeeper %s (%s)" % (
+            meta.get("postgres"), meta.get("pgbouncer"), meta.get("pgbench"), meta.get("git"),
+            meta.get("extension_build")),
+    ]
+
+
 def machine_block(meta, rows):
     lines = []
     if meta:
-        lines.append("- **Machine:** %s CPUs (`nproc`), %s, %s GB RAM; %s, Linux %s%s" % (
-            meta.get("nproc"), meta.get("cpu_model"), meta.get("memory_gb"), meta.get("os"), meta.get("kernel"),
-            damon_note(meta)))
-        lines.append("- **Software:** %s; %s; %s; pg_gatekeeper %s (%s)" % (
-            meta.get("postgres"), meta.get("pgbouncer"), meta.get("pgbench"), meta.get("git"),
-            meta.get("extension_build")))
+        lines += machine_lines(meta)
         lines.append("- **Command:** `%s`" % meta.get("command"))
         warm = meta.get("warmup_s") or 0
         only_sysbench = bool(meta.get("workloads")) and all(w.startswith("sysbench")
