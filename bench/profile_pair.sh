@@ -19,9 +19,10 @@
 # under taskset on SERVER and pgbench on CLIENT, as bench.py --pin does.
 # max_connections is raised to the clients plus 100 where it is lower.
 # Reloads the pgbench tables at --scale (10) when the cluster has another
-# scale (the smoke run loads scale 1). Then alternates: the server with the
-# library (pgbench straight at it), then the server without it and PgBouncer
-# in front (with --bare: pgbench straight at it), ROUNDS times. After each
+# scale (the smoke run loads scale 1). Then, ROUNDS times, one window of the
+# server with the library (pgbench straight at it) and one of the server
+# without it and PgBouncer in front (with --bare: pgbench straight at it),
+# the gate first in odd rounds and second in even ones. After each
 # gated window it prints the gate's ticket count and queue from
 # gatekeeper.history.
 # Must run as root (runuser, vm.nr_hugepages); restores vm.nr_hugepages.
@@ -133,7 +134,9 @@ prof() { "${on_client[@]}" python3 "$here/profile_cpu.py" -c "$clients" --warmup
 perf_to() { [[ -n $perfdir ]] && echo --perf "$perfdir/$1-$clients-$r.txt"; true; }
 [[ -n $perfdir ]] && mkdir -p "$perfdir"
 
-for r in $(seq "$rounds"); do
+# The order alternates between rounds, as bench.py's does, so that a drift
+# over the run does not fall on one side only.
+run_gate() {
   echo "=== round $r: pg_gatekeeper (defaults), $clients clients"
   pg -o "-c shared_preload_libraries=pg_gatekeeper -c huge_pages=on -c max_connections=$maxconn" start
   psql -d bench -qc "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper"
@@ -143,6 +146,8 @@ for r in $(seq "$rounds"); do
             round(avg(tickets), 1), min(tickets), max(tickets), round(avg(running), 1), round(avg(queued), 1))
      FROM gatekeeper.history WHERE sample_time > now() - interval '$window s'"
   pg -m fast stop
+}
+run_other() {
   pg -o "-c huge_pages=on -c max_connections=$maxconn" start
   if ((bare)); then
     echo "=== round $r: bare PostgreSQL, $clients clients"
@@ -156,4 +161,13 @@ for r in $(seq "$rounds"); do
     for _ in $(seq 100); do [[ -f $work/pgbouncer-$pool/pgbouncer.pid ]] || break; sleep 0.1; done
   fi
   pg -m fast stop
+}
+for r in $(seq "$rounds"); do
+  if ((r % 2)); then
+    run_gate "$@"
+    run_other "$@"
+  else
+    run_other "$@"
+    run_gate "$@"
+  fi
 done
