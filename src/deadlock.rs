@@ -120,10 +120,10 @@ fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
         }
     });
     for (slot, pid, waiter) in to_admit {
-        let admitted = shmem::with_gate(|mut l| {
+        let admitted = shmem::with_gate_waking(|mut l, wake| {
             // The slot may have been admitted, or reused, since we looked.
             let s = l.gate.slot(slot);
-            s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now)
+            s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now, wake)
         });
         if admitted {
             shmem::wake(slot);

@@ -148,8 +148,8 @@ impl Liveness {
     /// limit (and over the class's cap for a class's scope).
     fn admit_batch(&mut self, scope: usize, batch: u32, now: i64, timeout_us: i64) {
         let class = (scope != GATE).then_some(scope);
-        let admitted: Vec<(usize, i32)> = shmem::with_gate(|mut l| {
-            (0..batch).map_while(|_| l.gate.progress_admit(class, now).map(|i| (i, l.gate.slot(i).pid))).collect()
+        let admitted: Vec<(usize, i32)> = shmem::with_gate_waking(|mut l, wake| {
+            (0..batch).map_while(|_| l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))).collect()
         });
         self.watches[scope].admitted_by_batch(admitted.len() as u32);
         // A class's admissions are the gate's too.

@@ -400,9 +400,10 @@ impl<'a> Gate<'a> {
     }
 
     /// Apply the class definitions now in force. `default` and the long
-    /// lane `long` always exist; an entry of that name sets their keys (the
-    /// lane's cap falls back to [`LONG_DEFAULT_CAP`]; its reserve and weight
-    /// have no use, since its holders take no ticket). A class keeps its entry
+    /// lane `long` always exist; an entry of that name sets their keys (with
+    /// no entry, the lane's cap falls back to [`LONG_DEFAULT_CAP`]; the glue
+    /// gives an entry without `max_active` its default cap; the lane's
+    /// reserve and weight have no use, since its holders take no ticket). A class keeps its entry
     /// (and its totals) across reloads; a class dropped from the setting
     /// keeps serving the sessions it has, with no cap, reserve or weight of
     /// its own, and its entry is freed once it has none. Returns the names
@@ -467,8 +468,10 @@ impl<'a> Gate<'a> {
     /// what bounds every class's wait (see [`Gate::pick_class`]).
     fn recompute_reserves(&mut self) {
         let budget = self.h.limit.saturating_sub(1) as u64;
-        let sum: u64 = self.h.classes.iter().filter(|c| c.in_use).map(|c| c.params.reserve as u64).sum();
+        // The lane takes no ticket: a reserve given to it has no use, and
+        // must not scale the others' down.
         self.h.classes[LONG].params.reserve = 0;
+        let sum: u64 = self.h.classes.iter().filter(|c| c.in_use).map(|c| c.params.reserve as u64).sum();
         for c in self.h.classes.iter_mut() {
             let r = c.params.reserve as u64;
             c.reserve_in_force = if !c.in_use {
@@ -679,8 +682,9 @@ impl<'a> Gate<'a> {
     }
 
     /// Admit long-lane waiters while the lane is below its cap. Called by
-    /// every pump, and by the worker at each sample (a queue elsewhere that
-    /// empties lifts the lane's cap without a pump).
+    /// every pump, and wherever the last waiter outside the lane can leave
+    /// the queue without one (an abandoned wait, an overflow admission):
+    /// that lifts the lane's cap.
     pub fn pump_lane(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.h.classes[LONG].queued > 0 && self.h.below_cap(LONG) {
             let i = self.h.classes[LONG].head as usize;
@@ -706,13 +710,17 @@ impl<'a> Gate<'a> {
     }
 
     /// Admit queued slot `i` at once, over every limit (deadlock breaker).
-    /// Returns false when the slot is not queued.
-    pub fn overflow_admit(&mut self, i: usize, now_us: i64) -> bool {
+    /// Returns false when the slot is not queued. `wake` is called for
+    /// every *other* slot admitted as a result (the caller wakes `i`): the
+    /// last waiter outside the long lane leaving lifts the lane's cap, as in
+    /// [`Gate::abandon`].
+    pub fn overflow_admit(&mut self, i: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         if self.slots[i].state != SlotState::Queued {
             return false;
         }
         self.unlink(i);
         self.grant(i, now_us, true);
+        self.pump_lane(now_us, wake);
         true
     }
 
@@ -720,14 +728,15 @@ impl<'a> Gate<'a> {
     /// guarantee, docs/DESIGN.md §13): the head of class `class`, or, with
     /// `None`, the head of the class [`Gate::pick_class`] would serve next.
     /// Returns the slot admitted, if any was queued there.
-    pub fn progress_admit(&mut self, class: Option<usize>, now_us: i64) -> Option<usize> {
+    /// `wake` as for [`Gate::overflow_admit`].
+    pub fn progress_admit(&mut self, class: Option<usize>, now_us: i64, wake: &mut dyn FnMut(usize)) -> Option<usize> {
         let k = match class {
             Some(k) if k < MAX_CLASSES => k,
             Some(_) => return None,
             None => self.pick_class()?,
         };
         let head = self.h.classes[k].head;
-        (head != NIL && self.overflow_admit(head as usize, now_us)).then_some(head as usize)
+        (head != NIL && self.overflow_admit(head as usize, now_us, wake)).then_some(head as usize)
     }
 
     /// Sessions queued in classes below their cap: the ones a free place
@@ -1209,7 +1218,7 @@ mod tests {
         assert_eq!(f.gate().request(60, DEFAULT, 103, 0), Request::Admitted);
         assert_eq!(f.gate().request(61, DEFAULT, 103, 0), Request::Queued { position: 1 });
         assert_eq!(f.gate().request(62, DEFAULT, 103, 0), Request::Queued { position: 2 });
-        assert!(f.gate().overflow_admit(62, 104));
+        assert!(f.gate().overflow_admit(62, 104, &mut |_| {}));
         assert_eq!(holders(&mut f), vec![30, 50, 60, 62]);
         let mut woken = vec![];
         f.gate().detach(50, 105, &mut |w| woken.push(w));
@@ -1397,7 +1406,7 @@ mod tests {
         g.request(3, capped, 0, 0);
         assert!(g.header().held_at_cap(capped), "the second capped session waits on its cap");
         assert!(!g.header().holds_back(), "only the cap holds it back");
-        assert_eq!(g.progress_admit(Some(capped), 1), Some(3));
+        assert_eq!(g.progress_admit(Some(capped), 1, &mut |_| {}), Some(3));
         assert!(!g.header().held_at_cap(capped));
         g.check().unwrap();
     }
@@ -1409,8 +1418,8 @@ mod tests {
         g.request(0, DEFAULT, 0, 0);
         g.request(1, DEFAULT, 0, 0);
         g.request(2, DEFAULT, 0, 0);
-        assert!(g.overflow_admit(2, 1));
-        assert!(!g.overflow_admit(2, 1));
+        assert!(g.overflow_admit(2, 1, &mut |_| {}));
+        assert!(!g.overflow_admit(2, 1, &mut |_| {}));
         assert_eq!(g.header().holders, 2);
         assert_eq!(g.header().counters.overflow, 1);
         assert!(g.slot(2).overflow);
@@ -1521,7 +1530,7 @@ mod tests {
                     order.retain(|&x| x != i);
                 }
                 (SlotState::Queued, 1) => {
-                    g.overflow_admit(i, step);
+                    g.overflow_admit(i, step, &mut |w| woken.push(w));
                     order.retain(|&x| x != i);
                 }
                 (SlotState::Admitted, 0..=6) => {
@@ -1773,6 +1782,39 @@ mod tests {
     }
 
     #[test]
+    fn an_overflow_admission_that_empties_the_other_queues_lifts_the_lanes_cap() {
+        let mut f = Fixture::new(8, 4);
+        long_lane(&mut f, 1);
+        let capped = define(&mut f, &[params(1, 0, 1)])[0];
+        let mut g = f.gate();
+        assert_eq!(g.request(0, capped, 1, 0), Request::Admitted);
+        assert_eq!(g.request(1, capped, 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(2, LONG, 1, 0), Request::Admitted);
+        assert_eq!(g.request(3, LONG, 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.header().lane_cap(), 1, "capped while another class waits");
+        // The progress guarantee admits the capped class's head: nobody
+        // else waits now, and the lane may take the places left free.
+        let mut woken = vec![];
+        assert_eq!(g.progress_admit(Some(capped), 2, &mut |w| woken.push(w)), Some(1));
+        assert_eq!(woken, vec![3]);
+        assert_eq!(g.slot(3).state, SlotState::Admitted);
+        g.check().unwrap();
+        // The deadlock breaker's admission does the same.
+        let mut f = Fixture::new(8, 4);
+        long_lane(&mut f, 1);
+        let capped = define(&mut f, &[params(1, 0, 1)])[0];
+        let mut g = f.gate();
+        g.request(0, capped, 1, 0);
+        g.request(1, capped, 1, 0);
+        g.request(2, LONG, 1, 0);
+        g.request(3, LONG, 1, 0);
+        let mut woken = vec![];
+        assert!(g.overflow_admit(1, 2, &mut |w| woken.push(w)));
+        assert_eq!(woken, vec![3]);
+        g.check().unwrap();
+    }
+
+    #[test]
     fn the_long_lane_takes_no_ticket_and_is_capped_while_others_wait() {
         let mut f = Fixture::new(12, 2);
         long_lane(&mut f, 1);
@@ -1924,6 +1966,30 @@ mod tests {
     }
 
     #[test]
+    fn the_most_classes_the_setting_allows_all_find_an_entry() {
+        let mut f = Fixture::new(4, 8);
+        let names: Vec<String> = (0..MAX_CLASSES - 2).map(|k| format!("c{k}")).collect();
+        let mut list: Vec<(&str, ClassParams)> = names.iter().map(|n| (n.as_str(), params(0, 0, 1))).collect();
+        list.push(("default", params(0, 0, 1)));
+        list.push(("long", params(2, 0, 1)));
+        let mut g = f.gate();
+        assert!(g.set_classes(&list, 0, &mut |_| {}).is_empty());
+        assert!(names.iter().all(|n| g.class_index(n).is_some()));
+    }
+
+    #[test]
+    fn a_reserve_given_to_the_lane_scales_no_other_reserve() {
+        let mut f = Fixture::new(4, 5);
+        let mut g = f.gate();
+        // Budget 4: the class's 4 fit; the lane's 4 have no use.
+        assert!(g.set_classes(&[("long", params(1, 4, 1)), ("r", params(0, 4, 1))], 0, &mut |_| {}).is_empty());
+        let r = g.class_index("r").unwrap();
+        assert_eq!(g.header().classes[r].reserve_in_force, 4);
+        assert_eq!(g.header().classes[LONG].reserve_in_force, 0);
+        g.check().unwrap();
+    }
+
+    #[test]
     fn the_lane_keeps_default_and_long_across_reloads() {
         let mut f = Fixture::new(4, 2);
         let mut g = f.gate();
@@ -1970,7 +2036,14 @@ mod tests {
                 (SlotState::Admitted, 6) => {
                     g.move_to_lane(i, step, &mut |w| woken.push(w));
                 }
-                (_, 7) => g.pump_lane(step, &mut |w| woken.push(w)),
+                (SlotState::Queued, 7) => {
+                    // The deadlock breaker or the progress guarantee; every
+                    // path that lifts the lane's cap must pump it (no
+                    // separate pump here hides one that does not).
+                    let c = g.slot(i).class as usize;
+                    g.overflow_admit(i, step, &mut |w| woken.push(w));
+                    order[c].retain(|&x| x != i);
+                }
                 (_, 8) => {
                     let t = 2 + rng.below(4) as u32;
                     g.set_limit(t, t + rng.below(3) as u32, step, &mut |w| woken.push(w));
@@ -2017,7 +2090,7 @@ mod tests {
                 }
                 (SlotState::Queued, 1) if rng.below(20) == 0 => {
                     let c = g.slot(i).class as usize;
-                    g.overflow_admit(i, step);
+                    g.overflow_admit(i, step, &mut |w| woken.push(w));
                     order[c].retain(|&x| x != i);
                 }
                 (SlotState::Admitted, 0..=5) => {
