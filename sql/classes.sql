@@ -20,6 +20,10 @@ ALTER SYSTEM SET pg_gatekeeper.classes = 'Reporting';
 \echo :LAST_ERROR_SQLSTATE
 SET pg_gatekeeper.class = 'Not A Class';
 \echo :LAST_ERROR_SQLSTATE
+-- The table holds default, long and 14 more.
+SELECT format('ALTER SYSTEM SET pg_gatekeeper.classes = %L',
+              string_agg('c' || i, ', ')) FROM generate_series(1, 15) i \gexec
+\echo :LAST_ERROR_SQLSTATE
 SHOW pg_gatekeeper.classes;
 
 -- Only superusers set a session's class: a session cannot move itself,
@@ -82,6 +86,20 @@ ALTER SYSTEM RESET pg_gatekeeper.classes;
 SELECT pg_reload_conf();
 SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
 SELECT class, defined FROM gatekeeper.classes;
+-- 14 classes besides default and long fit; an entry for long that leaves
+-- out max_active keeps the lane's default cap (half the CPUs, rounded up),
+-- and a reserve given to the lane has no use.
+SELECT format('ALTER SYSTEM SET pg_gatekeeper.classes = %L',
+              string_agg('c' || i, ', ') || ', long (queue_timeout = 30s, reserve = 1)')
+  FROM generate_series(1, 14) i \gexec
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT count(*) = 16 FROM gatekeeper.classes WHERE defined');
+SELECT c.max_active = greatest(1, ceil(s.effective_cpus / 2)) AS default_cap,
+       c.queue_timeout_ms, c.reserve_in_force
+  FROM gatekeeper.classes c, gatekeeper.status s WHERE c.class = 'long';
+ALTER SYSTEM RESET pg_gatekeeper.classes;
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
 SELECT regress.quiet();
 ALTER SYSTEM RESET ALL;
 SELECT pg_reload_conf();

@@ -202,13 +202,23 @@ pub fn apply() -> CpuSource {
     let loaded = unsafe { pg_sys::PgReloadTime };
     let r = resolve();
     let defs = gucs::classes();
-    let mut list: Vec<(&str, ClassParams)> = defs.iter().map(|d| (d.name.as_str(), d.params)).collect();
     // The long lane's cap, unless the setting gives one: half the
     // effective CPUs, rounded up, so that while short work waits, long work
-    // keeps at most half the CPUs busy (docs/DESIGN.md §15).
+    // keeps at most half the CPUs busy (docs/DESIGN.md §15). An entry for
+    // `long` that sets only its other keys keeps this cap.
+    let lane_cap = (r.effective_cpus / 2.0).ceil().max(1.0) as u32;
+    let mut list: Vec<(&str, ClassParams)> = defs
+        .iter()
+        .map(|d| {
+            let mut params = d.params;
+            if d.name == LONG_CLASS && !d.max_active_given {
+                params.max_active = lane_cap;
+            }
+            (d.name.as_str(), params)
+        })
+        .collect();
     if !list.iter().any(|&(name, _)| name == LONG_CLASS) {
-        let cap = (r.effective_cpus / 2.0).ceil().max(1.0) as u32;
-        list.push((LONG_CLASS, ClassParams { max_active: cap, ..ClassParams::default() }));
+        list.push((LONG_CLASS, ClassParams { max_active: lane_cap, ..ClassParams::default() }));
     }
     let now = crate::now_us();
     let no_room = shmem::with_gate_waking(|mut l, wake| {

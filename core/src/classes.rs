@@ -39,6 +39,9 @@ pub const LONG_CLASS: &str = "long";
 pub struct ClassDef {
     pub name: String,
     pub params: ClassParams,
+    /// Whether the entry gives `max_active` (the long lane's cap has a
+    /// default of its own, which an entry that leaves it out keeps).
+    pub max_active_given: bool,
 }
 
 /// The admission parameters of a class.
@@ -153,29 +156,27 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
             return err(format!("class \"{name}\" is defined twice"));
         }
         let mut params = ClassParams::default();
-        if lx.eat(b'(') {
-            let mut seen: Vec<&str> = vec![];
-            if !lx.eat(b')') {
-                loop {
-                    let key = lx.word();
-                    if key.is_empty() {
-                        return err(format!("class \"{name}\": expected a key, found {}", lx.found()));
-                    }
-                    if seen.contains(&key) {
-                        return err(format!("class \"{name}\": key \"{key}\" is given twice"));
-                    }
-                    seen.push(key);
-                    if !lx.eat(b'=') {
-                        return err(format!("class \"{name}\": expected \"=\" after \"{key}\", found {}", lx.found()));
-                    }
-                    let value = lx.value();
-                    set_key(&mut params, name, key, value)?;
-                    if lx.eat(b')') {
-                        break;
-                    }
-                    if !lx.eat(b',') {
-                        return err(format!("class \"{name}\": expected \",\" or \")\", found {}", lx.found()));
-                    }
+        let mut seen: Vec<&str> = vec![];
+        if lx.eat(b'(') && !lx.eat(b')') {
+            loop {
+                let key = lx.word();
+                if key.is_empty() {
+                    return err(format!("class \"{name}\": expected a key, found {}", lx.found()));
+                }
+                if seen.contains(&key) {
+                    return err(format!("class \"{name}\": key \"{key}\" is given twice"));
+                }
+                seen.push(key);
+                if !lx.eat(b'=') {
+                    return err(format!("class \"{name}\": expected \"=\" after \"{key}\", found {}", lx.found()));
+                }
+                let value = lx.value();
+                set_key(&mut params, name, key, value)?;
+                if lx.eat(b')') {
+                    break;
+                }
+                if !lx.eat(b',') {
+                    return err(format!("class \"{name}\": expected \",\" or \")\", found {}", lx.found()));
                 }
             }
         }
@@ -185,7 +186,7 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
                 params.reserve, params.max_active
             ));
         }
-        out.push(ClassDef { name: name.to_string(), params });
+        out.push(ClassDef { name: name.to_string(), params, max_active_given: seen.contains(&"max_active") });
         if lx.peek().is_none() {
             break;
         }
@@ -193,9 +194,13 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
             return err(format!("expected \",\" between classes, found {}", lx.found()));
         }
     }
-    let named = out.iter().filter(|d| d.name != DEFAULT_CLASS).count();
-    if named > MAX_CLASSES - 1 {
-        return err(format!("{named} classes are defined; at most {} besides \"default\"", MAX_CLASSES - 1));
+    // `default` and `long` always have their entries in the table.
+    let named = out.iter().filter(|d| d.name != DEFAULT_CLASS && d.name != LONG_CLASS).count();
+    if named > MAX_CLASSES - 2 {
+        return err(format!(
+            "{named} classes are defined; at most {} besides \"{DEFAULT_CLASS}\" and \"{LONG_CLASS}\"",
+            MAX_CLASSES - 2
+        ));
     }
     Ok(out)
 }
@@ -370,9 +375,19 @@ mod tests {
             assert!(e.0.contains(want), "{text:?}: {e} does not mention {want:?}");
         }
         let many: Vec<String> = (0..MAX_CLASSES).map(|i| format!("c{i}")).collect();
-        assert!(parse(&many.join(",")).unwrap_err().0.contains("at most 15"));
-        assert!(parse(&format!("{},default", many[..MAX_CLASSES - 1].join(","))).is_ok());
+        // The table holds `default`, `long` and 14 more.
+        let most = MAX_CLASSES - 2;
+        assert!(parse(&many[..most + 1].join(",")).unwrap_err().0.contains("at most 14"));
+        assert!(parse(&format!("{},long", many[..most + 1].join(","))).unwrap_err().0.contains("at most 14"));
+        assert!(parse(&format!("{},default,long", many[..most].join(","))).is_ok());
         assert!(parse(&"x".repeat(64)).unwrap_err().0.contains("longer than 63"));
+    }
+
+    #[test]
+    fn an_entry_says_whether_it_gives_max_active() {
+        let defs = parse("long (queue_timeout = 30s), r (max_active = 0)").unwrap();
+        assert!(!defs[0].max_active_given);
+        assert!(defs[1].max_active_given);
     }
 
     #[test]
