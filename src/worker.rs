@@ -31,6 +31,7 @@ use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::lending;
 use gatekeeper_core::working;
+use gatekeeper_core::SlotState;
 use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -275,7 +276,8 @@ fn sample_and_steer(
     // backends taking and giving back tickets need the lock in exclusive
     // mode. It walks the holders' list, not every connection's slot, so the
     // lock is held as long with 4,000 connections as with 40.
-    let mut changes: Vec<(usize, Act)> = vec![];
+    // Each with the admission it was decided for (its grant time).
+    let mut changes: Vec<(usize, i64, Act)> = vec![];
     let (busy, working, computing) = shmem::with_gate_shared(|l| {
         let (mut busy, mut computing) = (0u32, 0u32);
         let mut seen: Vec<working::Holder> = vec![];
@@ -323,13 +325,13 @@ fn sample_and_steer(
             // wait for it; the limit's throughput probes judge those.
             computing += (long && computes) as u32;
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
-                changes.push((i, Act::RanLong));
+                changes.push((i, s.admitted_at_us, Act::RanLong));
             }
             if lane_on && long && computes && s.class as usize == DEFAULT {
-                changes.push((i, Act::ToLane));
+                changes.push((i, s.admitted_at_us, Act::ToLane));
             }
             if stalled != s.stalled {
-                changes.push((i, Act::Stall(stalled)));
+                changes.push((i, s.admitted_at_us, Act::Stall(stalled)));
             }
         }
         (busy, working::count(&seen), computing)
@@ -337,10 +339,15 @@ fn sample_and_steer(
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let mut window = None;
     let h = shmem::with_gate_waking(|mut l, wake| {
-        for &(i, act) in &changes {
-            // The slot may have released since we looked: then nothing
-            // changes. (It may also belong to a new transaction of the same
-            // backend since, which costs that one a sample's accuracy.)
+        for &(i, admitted_at_us, act) in &changes {
+            // The slot may have released since we looked, or hold a new
+            // transaction of the same backend: then nothing changes. Marked
+            // as the one sampled, a short transaction would teach its shape
+            // that it ran long and send it to the lane.
+            let s = l.gate.slot(i);
+            if s.state != SlotState::Admitted || s.admitted_at_us != admitted_at_us {
+                continue;
+            }
             match act {
                 Act::Stall(stalled) => {
                     l.gate.set_stalled(i, stalled, now, wake);
