@@ -278,7 +278,9 @@ impl Climber {
                     self.settle();
                     return None;
                 }
-                let back = self.from_limit;
+                // Within the bounds in force: a reload may have moved them
+                // since the step.
+                let back = self.from_limit.clamp(floor, ceiling);
                 self.settle();
                 (back != limit).then_some((back, Reason::Shrink))
             }
@@ -291,7 +293,7 @@ impl Climber {
                     self.settle();
                     return None;
                 }
-                let back = self.from_limit;
+                let back = self.from_limit.clamp(floor, ceiling);
                 self.settle();
                 (back != limit).then_some((back, Reason::Grow))
             }
@@ -618,6 +620,23 @@ mod tests {
         assert_eq!(c.next_limit(s(18, 1100.0)), Some((17, Reason::Shrink)), "then a sixteenth down");
         assert_eq!(c.next_limit(s(17, 1095.0)), Some((15, Reason::Shrink)), "cost < 3 %: further");
         assert_eq!(c.next_limit(s(15, 1000.0)), Some((17, Reason::Grow)), "9 % below the start: back");
+    }
+
+    #[test]
+    fn a_step_taken_back_after_a_reload_stays_within_the_new_bounds() {
+        // Up from 8 to 9; a reload then raises the floor to 10 and pulls
+        // the limit up to it. The step did not pay: going back to 8 would
+        // put the limit below the floor.
+        let mut c = Climber::default();
+        let s = |limit, tput, bounds| Signals { bounds, ..full(limit, 500, tput) };
+        assert_eq!(c.next_limit(s(8, 1000.0, B)), Some((9, Reason::Grow)));
+        let raised = Bounds { floor: 10, ceiling: B.ceiling };
+        assert_eq!(c.next_limit(s(10, 1000.0, raised)), None, "back to the floor it already stands at");
+        // Down from 20 to 19; the ceiling falls to 15 and the limit with it.
+        let mut c = Climber { down_next: true, ..Climber::default() };
+        assert_eq!(c.next_limit(s(20, 1000.0, B)), Some((19, Reason::Shrink)));
+        let lowered = Bounds { floor: B.floor, ceiling: 15 };
+        assert_eq!(c.next_limit(s(15, 500.0, lowered)), None, "back to the ceiling it already stands at");
     }
 
     #[test]
