@@ -183,6 +183,10 @@ fn wait(slot: usize, started_us: i64, class: &Class) {
         if sleeper.client_gone(now) {
             client_lost(&mut guard);
         }
+        // A poll that found the latch set resets it, as PostgreSQL's own
+        // check does, expecting interrupts to be served next: a cancel that
+        // set it must not wait for the next wake-up.
+        pg_sys::check_for_interrupts!();
         let (admitted, limit, queued) = shmem::with_gate_shared(|l| {
             let h = l.gate.header();
             (l.gate.is_admitted(slot), h.limit, h.queued)

@@ -75,24 +75,41 @@ pub fn forget() {
 
 /// Whether object `objid` of catalog `classid` belongs to the extension.
 /// Needs a transaction (catalog lookups).
+///
+/// No borrow of `MEMBERS` is held across a catalog lookup: a lookup can
+/// wait on a lock, and a FATAL error there (a terminated backend, a
+/// shutdown) exits without unwinding, so a borrow held then would never be
+/// given back, and [`forget`], called by the transaction callback on the
+/// way out, would find it taken.
 fn is_member(classid: Oid, objid: Oid) -> bool {
-    MEMBERS.with(|m| {
-        let mut m = m.borrow_mut();
-        let m = m.get_or_insert_with(|| Members {
+    let known = MEMBERS.with(|m| {
+        m.borrow().as_ref().map(|m| {
+            (m.extension, m.seen.iter().find(|(c, o, _)| *c == classid && *o == objid).map(|&(_, _, member)| member))
+        })
+    });
+    let extension = match known {
+        Some((None, _)) => return false,
+        Some((Some(_), Some(member))) => return member,
+        Some((Some(extension), None)) => extension,
+        None => {
             // SAFETY: an index lookup in pg_extension, inside a transaction.
-            extension: Some(unsafe { pg_sys::get_extension_oid(EXTENSION.as_ptr(), true) })
-                .filter(|o| *o != pg_sys::InvalidOid),
-            seen: Vec::new(),
-        });
-        let Some(extension) = m.extension else { return false };
-        if let Some(&(_, _, member)) = m.seen.iter().find(|(c, o, _)| *c == classid && *o == objid) {
-            return member;
+            let extension = Some(unsafe { pg_sys::get_extension_oid(EXTENSION.as_ptr(), true) })
+                .filter(|o| *o != pg_sys::InvalidOid);
+            MEMBERS.with(|m| *m.borrow_mut() = Some(Members { extension, seen: Vec::new() }));
+            match extension {
+                Some(extension) => extension,
+                None => return false,
+            }
         }
-        // SAFETY: an index lookup in pg_depend (deptype 'e'), inside a transaction.
-        let member = unsafe { pg_sys::getExtensionOfObject(classid, objid) } == extension;
-        m.seen.push((classid, objid, member));
-        member
-    })
+    };
+    // SAFETY: an index lookup in pg_depend (deptype 'e'), inside a transaction.
+    let member = unsafe { pg_sys::getExtensionOfObject(classid, objid) } == extension;
+    MEMBERS.with(|m| {
+        if let Some(m) = m.borrow_mut().as_mut() {
+            m.seen.push((classid, objid, member));
+        }
+    });
+    member
 }
 
 /// The extension's objects, as one statement's test looks them up.

@@ -395,6 +395,38 @@ fn set_show_and_monitoring_queries_never_wait() {
     c.assert_quiet();
 }
 
+#[test]
+fn a_monitor_ended_while_its_free_path_lookup_waits_exits_cleanly() {
+    // The free path looks the extension's members up in pg_depend. A backend
+    // terminated while that lookup waits on a lock ends through FATAL, which
+    // unwinds nothing: the transaction callback on its way out must still
+    // work, and PostgreSQL's own cleanup after it must release its locks.
+    let c = Cluster::start(&conf(&[]));
+    c.admin_exec("CREATE ROLE watcher LOGIN IN ROLE pg_monitor");
+    let m = c.session_as("watcher", "watcher");
+    // Before the lock: reading the gate's own views looks members up too.
+    let pid = c.pid_of("watcher");
+    let mut blocker = c.superuser("blocker");
+    blocker.ok("BEGIN; LOCK TABLE pg_catalog.pg_depend IN ACCESS EXCLUSIVE MODE");
+    let m = m.spawn("SELECT queued FROM gatekeeper.status");
+    c.wait_for_event("watcher", "relation");
+    c.admin_query("SELECT pg_terminate_backend($1)", &[&pid]);
+    assert!(m.join(PROMPT).result.is_err(), "the terminated statement failed");
+    blocker.ok("COMMIT");
+    wait_until("the terminated backend is gone", PROMPT, || {
+        c.admin_i64(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")) == 0
+    });
+    // Its lock on the view, taken before the lookup, went with it.
+    c.admin_exec(
+        "SET lock_timeout = '2s'; BEGIN; LOCK TABLE gatekeeper.status IN ACCESS EXCLUSIVE MODE; ROLLBACK; \
+         RESET lock_timeout",
+    );
+    let log = c.log_text();
+    assert_eq!(common::count_lines(&log, "borrowed"), 0, "the exit path failed:\n{}", c.log_tail(30));
+    assert!(common::crash_lines(&log).is_empty(), "{:?}", common::crash_lines(&log));
+    c.assert_quiet();
+}
+
 // -- 10. "Done when": 10 sessions, limit 2 -----------------------------------------
 
 #[test]
