@@ -209,7 +209,7 @@ fn check_name(name: &str) -> Result<(), DefinitionError> {
     let first = name.as_bytes()[0];
     if !(first.is_ascii_lowercase() || first == b'_') || name.bytes().any(|b| b.is_ascii_uppercase()) {
         return err(format!(
-            "invalid class name \"{name}\": use lower-case letters, digits and underscores, starting with a letter"
+            "invalid class name \"{name}\": use lower-case letters, digits and underscores, starting with a letter or an underscore"
         ));
     }
     if name.len() > MAX_NAME {
@@ -258,7 +258,8 @@ fn set_key(p: &mut ClassParams, class: &str, key: &str, value: &str) -> Result<(
             Some(ms) => p.queue_timeout_ms = ms as i64,
             None => {
                 return err(format!(
-                "class \"{class}\": invalid value \"{value}\" for queue_timeout (e.g. 500ms, 30s, 2min; 0 = forever)"
+                "class \"{class}\": invalid value \"{value}\" for queue_timeout (e.g. 500ms, 30s, 2min; 0 = forever; at most {}ms, about 24 days)",
+                i32::MAX
             ))
             }
         },
