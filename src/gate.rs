@@ -66,18 +66,29 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let max_queued = gucs::max_queued();
     // SAFETY: MyDatabaseId is set once the backend connected.
     let db = u32::from(unsafe { pg_sys::MyDatabaseId });
-    let automatic = gucs::long_lane() == gucs::LongLane::On;
-    let (req, limit, class) = gucs::with_class_name(|name| {
+    let lane_mode = gucs::long_lane();
+    let (req, limit, class, unknown) = gucs::with_class_name(|name| {
         let (req, limit, class) = shmem::with_gate(|mut l| {
             // An explicit class wins over the shape's lane.
             let index = if !name.is_empty() {
                 l.gate.class_index(name)
             } else {
-                Some(match l.shapes.take_lane(db, query_id, now) {
-                    Lane::Routed(c) => l.gate.class_index(c.as_str()).unwrap_or(DEFAULT),
-                    Lane::Long if automatic => LONG,
-                    _ => DEFAULT,
-                })
+                // Counted as routed only where it is sent along its route or
+                // into the lane (or, in dry run, would have been): not to
+                // default for want of the route's class, nor with the lane off.
+                let (index, routed) = match l.shapes.lane(db, query_id, now) {
+                    Lane::Routed(c) => l.gate.class_index(c.as_str()).map_or((DEFAULT, false), |k| (k, true)),
+                    Lane::Long => match lane_mode {
+                        gucs::LongLane::On => (LONG, true),
+                        gucs::LongLane::DryRun => (DEFAULT, true),
+                        gucs::LongLane::Off => (DEFAULT, false),
+                    },
+                    Lane::Short => (DEFAULT, false),
+                };
+                if routed {
+                    l.shapes.count_routed(db, query_id);
+                }
+                Some(index)
             };
             let known = index.is_some();
             let index = index.unwrap_or(DEFAULT);
@@ -85,10 +96,11 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             let c = &l.gate.header().classes[index];
             (r, l.gate.header().limit, Class { name: c.name, params: c.params, known })
         });
-        if !class.known {
-            warn_unknown_class(name);
-        }
-        (req, limit, class)
+        // Logged once the admission is recorded, outside this borrow: a
+        // log call serves interrupts, and an ERROR or FATAL there unwinds
+        // no Rust frame (see `warn_unknown_class`).
+        let unknown = (!class.known).then(|| name.to_string());
+        (req, limit, class, unknown)
     });
     session::set_shape(db, query_id);
     match req {
@@ -115,6 +127,9 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             }
         }
     }
+    if let Some(name) = unknown {
+        warn_unknown_class(&name);
+    }
 }
 
 /// The class a request was made in, as the wait and the errors need it.
@@ -131,6 +146,11 @@ static WARNED_CLASS: BackendLocal<std::cell::RefCell<String>> =
 
 /// Say once per session and name, in the server log, that the session's
 /// class is not defined. It is never an error: the session is in `default`.
+///
+/// Call it with no borrow held and nothing half done: PostgreSQL serves
+/// pending interrupts at the end of every message it logs, and the ERROR
+/// (a cancel) or FATAL (a terminate) raised there leaves by longjmp or
+/// process exit, past any Rust frame, dropping nothing.
 fn warn_unknown_class(name: &str) {
     let fresh = WARNED_CLASS.with(|w| {
         let mut w = w.borrow_mut();

@@ -447,7 +447,11 @@ pub fn classes() -> Vec<ClassDef> {
     CLASSES.get().and_then(|s| classes::parse(&s.to_string_lossy()).ok()).unwrap_or_default()
 }
 
-/// Run `f` with this session's class name (empty: none).
+/// Run `f` with this session's class name (empty: none). `f` must not log
+/// or otherwise serve interrupts: a cancel or terminate served inside it
+/// would leave the name borrowed for good (an ERROR or FATAL unwinds no
+/// Rust frame), and the next assignment of `pg_gatekeeper.class` (a SET, or
+/// the abort that undoes one) would then fail.
 pub fn with_class_name<R>(f: impl FnOnce(&str) -> R) -> R {
     CLASS_NAME.with(|c| f(&c.borrow()))
 }
@@ -620,7 +624,7 @@ unsafe extern "C-unwind" fn check_class(
     unsafe {
         refuse(
             &format!("\"{name}\" is not a valid class name."),
-            c"Class names are lower-case letters, digits and underscores, starting with a letter, as defined in pg_gatekeeper.classes.",
+            c"Class names are lower-case letters, digits and underscores, starting with a letter or an underscore, as defined in pg_gatekeeper.classes.",
         )
     }
 }
