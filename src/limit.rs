@@ -57,7 +57,9 @@ pub enum CpuSource {
 /// idle they are.
 pub fn cpu_budget() -> (f64, CpuSource) {
     let status = fs::read_to_string("/proc/self/status").ok();
-    let ids = status.as_deref().and_then(cpus::affinity_ids_from_status);
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").ok();
+    let ids =
+        status.as_deref().and_then(cpus::affinity_ids_from_status).map(|ids| cpus::online_only(ids, online.as_deref()));
     let affinity = ids
         .as_ref()
         .map(|v| v.len())

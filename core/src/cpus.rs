@@ -36,6 +36,24 @@ pub fn affinity_ids_from_status(status: &str) -> Option<Vec<usize>> {
     status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).and_then(parse_cpu_ids)
 }
 
+/// The CPUs of `ids` that are online, from the text of
+/// `/sys/devices/system/cpu/online` (`None`: unknown, all of them). The
+/// affinity mask of `/proc/self/status` is the task's own, which may name
+/// CPUs that are possible but offline (hot-plug slots, `nosmt`), which
+/// `sched_getaffinity` leaves out: counted, they would inflate the limit,
+/// and having no `/proc/stat` line they would leave the CPUs' idle time
+/// unmeasured. An intersection that is empty (a file that cannot be
+/// right) keeps `ids`.
+pub fn online_only(ids: Vec<usize>, online: Option<&str>) -> Vec<usize> {
+    let Some(online) = online.and_then(parse_cpu_ids) else { return ids };
+    let kept: Vec<usize> = ids.iter().copied().filter(|i| online.contains(i)).collect();
+    if kept.is_empty() {
+        ids
+    } else {
+        kept
+    }
+}
+
 /// CPUs granted by a cgroup v2 `cpu.max` file; `None` when unlimited or malformed.
 pub fn parse_cpu_max(s: &str) -> Option<f64> {
     let mut it = s.split_whitespace();
@@ -176,6 +194,20 @@ pub fn auto_limit(effective_cpus: f64, per_cpu: f64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offline_cpus_in_the_affinity_mask_do_not_count() {
+        // A VM with hot-plug slots: the mask names 0-7, two are online.
+        let mask = affinity_ids_from_status("Name:\tpostgres\nCpus_allowed_list:\t0-7\n").unwrap();
+        assert_eq!(online_only(mask.clone(), Some("0-1\n")), vec![0, 1]);
+        // Pinned to 1 and 3 with 0-3 online, nosmt style gaps elsewhere.
+        assert_eq!(online_only(vec![1, 3], Some("0-3")), vec![1, 3]);
+        assert_eq!(online_only(vec![0, 2, 4, 6], Some("0,2,4")), vec![0, 2, 4]);
+        // Unknown or implausible: the mask as it is.
+        assert_eq!(online_only(mask.clone(), None), mask);
+        assert_eq!(online_only(mask.clone(), Some("")), mask);
+        assert_eq!(online_only(vec![4, 5], Some("0-1")), vec![4, 5]);
+    }
 
     #[test]
     fn cpu_lists() {
