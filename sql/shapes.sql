@@ -29,6 +29,25 @@ SELECT gatekeeper.unroute_shape(:q);
 SELECT gatekeeper.unroute_shape(:q);
 SELECT routed_to FROM gatekeeper.shapes WHERE queryid = :q;
 
+-- A route counts where it is followed: not once its class is gone (the
+-- transaction then runs in default).
+ALTER SYSTEM SET pg_gatekeeper.classes = 'rep';
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT count(*) = 3 FROM gatekeeper.classes');
+SELECT gatekeeper.route_shape(:q, 'rep');
+\c - regress_app
+SELECT 1 AS app_query;
+\c - postgres
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+ALTER SYSTEM RESET pg_gatekeeper.classes;
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
+\c - regress_app
+SELECT 1 AS app_query;
+\c - postgres
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT gatekeeper.unroute_shape(:q);
+
 -- Bad input.
 SELECT gatekeeper.route_shape(0, 'long');
 \echo :LAST_ERROR_SQLSTATE

@@ -48,7 +48,7 @@ pub struct Shape {
     /// Of those, the ones that ran long.
     pub long_runs: u64,
     /// Transactions sent to the lane or along a route instead of their
-    /// session's class ([`Shapes::take_lane`]).
+    /// session's class ([`Shapes::count_routed`]).
     pub routed: u64,
     /// Short runs since the last long one (while in the lane).
     pub short_streak: u32,
@@ -166,16 +166,17 @@ impl<'a> Shapes<'a> {
         }
     }
 
-    /// Where a transaction starting with this shape goes, counted in the
-    /// shape's `routed` when that is not its session's class.
-    pub fn take_lane(&mut self, db: u32, query_id: u64, now_us: i64) -> Lane {
-        let lane = self.lane(db, query_id, now_us);
-        if lane != Lane::Short {
-            if let Some(i) = self.find(db, query_id) {
-                self.e[i].routed += 1;
-            }
+    /// A transaction starting with this shape was sent where its [`lane`]
+    /// says instead of its session's class (or, with the lane in dry run,
+    /// would have been): count it in the shape's `routed`. The caller
+    /// decides, since only it knows whether the lane is followed and the
+    /// route's class exists.
+    ///
+    /// [`lane`]: Shapes::lane
+    pub fn count_routed(&mut self, db: u32, query_id: u64) {
+        if let Some(i) = self.find(db, query_id) {
+            self.e[i].routed += 1;
         }
-        lane
     }
 
     /// A transaction of this shape ended: it held its admission `held_us`
@@ -293,9 +294,11 @@ mod tests {
         assert_eq!(t.record(1, 42, 10, 1_000, false, 1), None);
         assert_eq!(t.lane(1, 42, 1), Lane::Short);
         assert_eq!(t.record(1, 42, 10, 4_000_000, true, 2), Some(Change::Entered));
-        assert_eq!(t.take_lane(1, 42, 2), Lane::Long);
-        assert_eq!(t.take_lane(1, 43, 2), Lane::Short);
-        // Another database's same query id is another shape.
+        assert_eq!(t.lane(1, 42, 2), Lane::Long);
+        t.count_routed(1, 42);
+        assert_eq!(t.lane(1, 43, 2), Lane::Short);
+        t.count_routed(1, 43); // no such shape: nothing to count
+                               // Another database's same query id is another shape.
         assert_eq!(t.lane(2, 42, 2), Lane::Short);
         assert_eq!(t.record(1, 42, 10, 1_000, false, 3), None);
         assert_eq!(t.record(1, 42, 10, 1_000, false, 4), None);
