@@ -499,6 +499,16 @@ fn record_history(hist: &mut HistoryState, now: i64) {
             }
         }
         let idle = h.sessions.saturating_sub(h.holders + h.queued);
+        if h.counters.admitted < hist.last_admitted
+            || h.counters.timeouts < hist.last_timeouts
+            || h.waits.total() < hist.last_waits.total()
+        {
+            // gatekeeper.reset() zeroed the totals since the last sample:
+            // this one counts from the reset, not from stale totals.
+            hist.last_admitted = 0;
+            hist.last_timeouts = 0;
+            hist.last_waits = Histogram::default();
+        }
         let dt_s = ((now - hist.last_at_us).max(1)) as f64 / 1e6;
         let waits = h.waits.since(&hist.last_waits);
         let sample = HistorySample {
