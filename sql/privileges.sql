@@ -21,16 +21,19 @@ SELECT has_function_privilege('regress_app', 'gatekeeper.reset()', 'EXECUTE') AS
        has_function_privilege('regress_app', 'gatekeeper.status()', 'EXECUTE') AS app_can_status,
        has_table_privilege('regress_app', 'gatekeeper.sessions', 'SELECT') AS app_can_sessions;
 
--- Other users' identifying columns are hidden without pg_read_all_stats.
+-- Without pg_read_all_stats, another user's session shows its pid alone:
+-- neither who it is nor what it does (as pg_stat_activity hides its
+-- activity).
 SELECT dblink_connect('other', regress.conninfo('regress_other'));
 SELECT pid AS other_pid FROM dblink('other', 'SELECT pg_backend_pid()') AS t(pid int) \gset
 SET ROLE regress_app;
-SELECT datname, usename, application_name, state
+SELECT datname, usename, application_name, state, class, transactions_admitted, times_parked, wait_total_ms
   FROM gatekeeper.sessions WHERE pid = :other_pid;
 RESET ROLE;
 GRANT pg_read_all_stats TO regress_app;
 SET ROLE regress_app;
-SELECT datname = current_database() AS db, usename, application_name, state
+SELECT datname = current_database() AS db, usename, application_name, state,
+       transactions_admitted >= 0 AS counted, times_parked >= 0 AS parked, wait_total_ms >= 0 AS waited
   FROM gatekeeper.sessions WHERE pid = :other_pid;
 RESET ROLE;
 REVOKE pg_read_all_stats FROM regress_app;

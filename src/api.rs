@@ -39,6 +39,9 @@ struct SessionInfo {
     usename: Option<String>,
     application_name: Option<String>,
     state: &'static str,
+    /// The reader may see this session's activity (its own role's, or
+    /// with `pg_read_all_stats`), as pg_stat_activity decides.
+    visible: bool,
     slot: Option<Slot>,
     queue_position: Option<u32>,
     counts_as_running: Option<bool>,
@@ -142,6 +145,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 usename,
                 application_name,
                 state,
+                visible,
                 slot,
                 queue_position: snap.positions.get(procno).copied().flatten(),
                 counts_as_running,
@@ -285,7 +289,7 @@ pub fn sessions_0_2() -> TableIterator<
         name!(usename, Option<String>),
         name!(application_name, Option<String>),
         name!(class, Option<String>),
-        name!(state, &'static str),
+        name!(state, Option<&'static str>),
         name!(queue_position, Option<i32>),
         name!(wait_start, Option<TimestampWithTimeZone>),
         name!(wait_ms, Option<f64>),
@@ -302,25 +306,30 @@ pub fn sessions_0_2() -> TableIterator<
     let rows: Vec<_> = sessions_of(&snap)
         .into_iter()
         .map(|s| {
-            let queued = s.slot.filter(|x| x.state == SlotState::Queued);
-            let stats = s.slot;
+            // Another role's session shows its pid alone, as
+            // pg_stat_activity hides its activity: what it does, when it
+            // waited, how many transactions it ran.
+            let v = s.visible;
+            let slot = s.slot.filter(|_| v);
+            let queued = slot.filter(|x| x.state == SlotState::Queued);
+            let admitted = slot.filter(|x| x.state == SlotState::Admitted);
             (
                 s.pid,
                 s.datname,
                 s.usename,
                 s.application_name,
-                s.class,
-                s.state,
-                s.queue_position.map(|p| p as i32),
+                s.class.filter(|_| v),
+                v.then_some(s.state),
+                s.queue_position.filter(|_| v).map(|p| p as i32),
                 queued.and_then(|x| ts(x.wait_start_us)),
                 queued.map(|x| ms((snap.now - x.wait_start_us).max(0) as u64)),
-                s.counts_as_running,
-                s.slot.filter(|x| x.state == SlotState::Admitted).map(|x| x.stalled),
-                s.slot.filter(|x| x.state == SlotState::Admitted).map(|x| x.overflow),
-                Some(stats.map_or(0, |x| x.xacts_admitted as i64)),
-                Some(stats.map_or(0, |x| x.times_parked as i64)),
-                Some(stats.map_or(0.0, |x| ms(x.wait_total_us))),
-                stats.filter(|x| x.times_parked > 0).map(|x| ms(x.last_wait_us)),
+                s.counts_as_running.filter(|_| v),
+                admitted.map(|x| x.stalled),
+                admitted.map(|x| x.overflow),
+                v.then(|| slot.map_or(0, |x| x.xacts_admitted as i64)),
+                v.then(|| slot.map_or(0, |x| x.times_parked as i64)),
+                v.then(|| slot.map_or(0.0, |x| ms(x.wait_total_us))),
+                slot.filter(|x| x.times_parked > 0).map(|x| ms(x.last_wait_us)),
             )
         })
         .collect();
