@@ -152,6 +152,10 @@ GRANT SELECT ON gatekeeper.status, gatekeeper.sessions, gatekeeper.classes TO PU
 -- grant that the old ones did not is revoked (owners' own privileges
 -- aside). Each is granted by the new object's owner, a privilege that a
 -- grantee had passed on (WITH GRANT OPTION) included.
+-- Every comparison below is between plain oids, so that only
+-- pg_catalog's exact operator matches: an operator that someone able to
+-- create objects in the schema had defined there for (oid, regclass)
+-- would otherwise be chosen, and run as the superuser who updates.
 DO $$
 DECLARE
   d record;
@@ -163,45 +167,45 @@ BEGIN
              coalesce(o.relacl, pg_catalog.acldefault('r', o.relowner)), o.relowner,
              coalesce(n.relacl, pg_catalog.acldefault('r', n.relowner)), n.relowner
         FROM pg_catalog.pg_class o, pg_catalog.pg_class n
-       WHERE o.oid = 'gatekeeper.status_0_1'::pg_catalog.regclass AND n.oid = 'gatekeeper.status'::pg_catalog.regclass
+       WHERE o.oid = 'gatekeeper.status_0_1'::pg_catalog.regclass::pg_catalog.oid AND n.oid = 'gatekeeper.status'::pg_catalog.regclass::pg_catalog.oid
       UNION ALL
       SELECT 'TABLE', 'gatekeeper.status', oa.attname::text, oa.attacl, o.relowner, na.attacl, n.relowner
         FROM pg_catalog.pg_class o
         JOIN pg_catalog.pg_attribute oa ON oa.attrelid = o.oid AND oa.attnum > 0 AND oa.attacl IS NOT NULL
-        JOIN pg_catalog.pg_class n ON n.oid = 'gatekeeper.status'::pg_catalog.regclass
+        JOIN pg_catalog.pg_class n ON n.oid = 'gatekeeper.status'::pg_catalog.regclass::pg_catalog.oid
         JOIN pg_catalog.pg_attribute na ON na.attrelid = n.oid AND na.attname = oa.attname
-       WHERE o.oid = 'gatekeeper.status_0_1'::pg_catalog.regclass
+       WHERE o.oid = 'gatekeeper.status_0_1'::pg_catalog.regclass::pg_catalog.oid
       UNION ALL
       SELECT 'TABLE', 'gatekeeper.sessions', '',
              coalesce(o.relacl, pg_catalog.acldefault('r', o.relowner)), o.relowner,
              coalesce(n.relacl, pg_catalog.acldefault('r', n.relowner)), n.relowner
         FROM pg_catalog.pg_class o, pg_catalog.pg_class n
-       WHERE o.oid = 'gatekeeper.sessions_0_1'::pg_catalog.regclass AND n.oid = 'gatekeeper.sessions'::pg_catalog.regclass
+       WHERE o.oid = 'gatekeeper.sessions_0_1'::pg_catalog.regclass::pg_catalog.oid AND n.oid = 'gatekeeper.sessions'::pg_catalog.regclass::pg_catalog.oid
       UNION ALL
       SELECT 'TABLE', 'gatekeeper.sessions', oa.attname::text, oa.attacl, o.relowner, na.attacl, n.relowner
         FROM pg_catalog.pg_class o
         JOIN pg_catalog.pg_attribute oa ON oa.attrelid = o.oid AND oa.attnum > 0 AND oa.attacl IS NOT NULL
-        JOIN pg_catalog.pg_class n ON n.oid = 'gatekeeper.sessions'::pg_catalog.regclass
+        JOIN pg_catalog.pg_class n ON n.oid = 'gatekeeper.sessions'::pg_catalog.regclass::pg_catalog.oid
         JOIN pg_catalog.pg_attribute na ON na.attrelid = n.oid AND na.attname = oa.attname
-       WHERE o.oid = 'gatekeeper.sessions_0_1'::pg_catalog.regclass
+       WHERE o.oid = 'gatekeeper.sessions_0_1'::pg_catalog.regclass::pg_catalog.oid
       UNION ALL
       SELECT 'FUNCTION', 'gatekeeper.status()', '',
              coalesce(o.proacl, pg_catalog.acldefault('f', o.proowner)), o.proowner,
              coalesce(n.proacl, pg_catalog.acldefault('f', n.proowner)), n.proowner
         FROM pg_catalog.pg_proc o, pg_catalog.pg_proc n
-       WHERE o.oid = 'gatekeeper.status_0_1()'::pg_catalog.regprocedure AND n.oid = 'gatekeeper.status()'::pg_catalog.regprocedure
+       WHERE o.oid = 'gatekeeper.status_0_1()'::pg_catalog.regprocedure::pg_catalog.oid AND n.oid = 'gatekeeper.status()'::pg_catalog.regprocedure::pg_catalog.oid
       UNION ALL
       SELECT 'FUNCTION', 'gatekeeper.sessions()', '',
              coalesce(o.proacl, pg_catalog.acldefault('f', o.proowner)), o.proowner,
              coalesce(n.proacl, pg_catalog.acldefault('f', n.proowner)), n.proowner
         FROM pg_catalog.pg_proc o, pg_catalog.pg_proc n
-       WHERE o.oid = 'gatekeeper.sessions_0_1()'::pg_catalog.regprocedure AND n.oid = 'gatekeeper.sessions()'::pg_catalog.regprocedure
+       WHERE o.oid = 'gatekeeper.sessions_0_1()'::pg_catalog.regprocedure::pg_catalog.oid AND n.oid = 'gatekeeper.sessions()'::pg_catalog.regprocedure::pg_catalog.oid
       UNION ALL
       SELECT 'FUNCTION', 'gatekeeper.history()', '',
              coalesce(o.proacl, pg_catalog.acldefault('f', o.proowner)), o.proowner,
              coalesce(n.proacl, pg_catalog.acldefault('f', n.proowner)), n.proowner
         FROM pg_catalog.pg_proc o, pg_catalog.pg_proc n
-       WHERE o.oid = 'gatekeeper.history_0_1()'::pg_catalog.regprocedure AND n.oid = 'gatekeeper.history()'::pg_catalog.regprocedure
+       WHERE o.oid = 'gatekeeper.history_0_1()'::pg_catalog.regprocedure::pg_catalog.oid AND n.oid = 'gatekeeper.history()'::pg_catalog.regprocedure::pg_catalog.oid
     ),
     old_privs AS (
       SELECT kind, name, col, e.grantee, e.privilege_type, bool_or(e.is_grantable) AS grantable
@@ -217,7 +221,7 @@ BEGIN
     )
     SELECT kind, name,
            privilege_type || CASE col WHEN '' THEN '' ELSE ' (' || pg_catalog.quote_ident(col) || ')' END AS privilege,
-           CASE grantee WHEN 0 THEN 'PUBLIC'
+           CASE grantee WHEN 0::pg_catalog.oid THEN 'PUBLIC'
                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(grantee)) END AS grantee,
            o.grantable AS old_grantable, n.grantable AS new_grantable
       FROM old_privs o FULL JOIN new_privs n USING (kind, name, col, grantee, privilege_type)

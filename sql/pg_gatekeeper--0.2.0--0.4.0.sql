@@ -110,6 +110,10 @@ CREATE OR REPLACE VIEW gatekeeper.history AS SELECT * FROM gatekeeper.history();
 -- grant that the old ones did not is revoked (owners' own privileges
 -- aside). Each is granted by the new object's owner, a privilege that a
 -- grantee had passed on (WITH GRANT OPTION) included.
+-- Every comparison below is between plain oids, so that only
+-- pg_catalog's exact operator matches: an operator that someone able to
+-- create objects in the schema had defined there for (oid, regclass)
+-- would otherwise be chosen, and run as the superuser who updates.
 DO $$
 DECLARE
   d record;
@@ -121,7 +125,7 @@ BEGIN
              coalesce(o.proacl, pg_catalog.acldefault('f', o.proowner)), o.proowner,
              coalesce(n.proacl, pg_catalog.acldefault('f', n.proowner)), n.proowner
         FROM pg_catalog.pg_proc o, pg_catalog.pg_proc n
-       WHERE o.oid = 'gatekeeper.history_0_2()'::pg_catalog.regprocedure AND n.oid = 'gatekeeper.history()'::pg_catalog.regprocedure
+       WHERE o.oid = 'gatekeeper.history_0_2()'::pg_catalog.regprocedure::pg_catalog.oid AND n.oid = 'gatekeeper.history()'::pg_catalog.regprocedure::pg_catalog.oid
     ),
     old_privs AS (
       SELECT kind, name, col, e.grantee, e.privilege_type, bool_or(e.is_grantable) AS grantable
@@ -137,7 +141,7 @@ BEGIN
     )
     SELECT kind, name,
            privilege_type || CASE col WHEN '' THEN '' ELSE ' (' || pg_catalog.quote_ident(col) || ')' END AS privilege,
-           CASE grantee WHEN 0 THEN 'PUBLIC'
+           CASE grantee WHEN 0::pg_catalog.oid THEN 'PUBLIC'
                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(grantee)) END AS grantee,
            o.grantable AS old_grantable, n.grantable AS new_grantable
       FROM old_privs o FULL JOIN new_privs n USING (kind, name, col, grantee, privilege_type)

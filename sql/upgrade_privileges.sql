@@ -52,6 +52,28 @@ CREATE FUNCTION regress.restrict() RETURNS void LANGUAGE sql AS $$
   GRANT EXECUTE ON FUNCTION gatekeeper.history() TO regress_reader;
 $$;
 
+-- The update scripts run as the superuser with the extension's schema in
+-- their search path: an operator defined there for (oid, regclass),
+-- (oid, regprocedure) or (oid, integer), which pg_catalog lacks, would be
+-- picked over pg_catalog's (oid, oid) one and run as that superuser. The
+-- scripts compare plain oids, so these traps never run.
+CREATE FUNCTION regress.set_traps() RETURNS void LANGUAGE sql AS $$
+  CREATE FUNCTION gatekeeper.trap_c(oid, regclass) RETURNS boolean LANGUAGE plpgsql
+    AS 'BEGIN RAISE EXCEPTION ''a trap operator in the schema ran''; END';
+  CREATE FUNCTION gatekeeper.trap_p(oid, regprocedure) RETURNS boolean LANGUAGE plpgsql
+    AS 'BEGIN RAISE EXCEPTION ''a trap operator in the schema ran''; END';
+  CREATE FUNCTION gatekeeper.trap_i(oid, integer) RETURNS boolean LANGUAGE plpgsql
+    AS 'BEGIN RAISE EXCEPTION ''a trap operator in the schema ran''; END';
+  CREATE OPERATOR gatekeeper.= (FUNCTION = gatekeeper.trap_c, LEFTARG = oid, RIGHTARG = regclass);
+  CREATE OPERATOR gatekeeper.= (FUNCTION = gatekeeper.trap_p, LEFTARG = oid, RIGHTARG = regprocedure);
+  CREATE OPERATOR gatekeeper.= (FUNCTION = gatekeeper.trap_i, LEFTARG = oid, RIGHTARG = integer);
+$$;
+CREATE FUNCTION regress.clear_traps() RETURNS void LANGUAGE sql AS $$
+  DROP OPERATOR gatekeeper.= (oid, regclass), gatekeeper.= (oid, regprocedure), gatekeeper.= (oid, integer);
+  DROP FUNCTION gatekeeper.trap_c(oid, regclass), gatekeeper.trap_p(oid, regprocedure),
+                gatekeeper.trap_i(oid, integer);
+$$;
+
 -- From 0.1.0.
 DROP EXTENSION pg_gatekeeper;
 CREATE EXTENSION pg_gatekeeper VERSION '0.1.0';
@@ -59,7 +81,9 @@ SELECT regress.restrict();
 CREATE TEMP TABLE before AS SELECT * FROM regress.privileges();
 CREATE TEMP TABLE before_init AS SELECT * FROM regress.privileges(true);
 SELECT * FROM before;
+SELECT regress.set_traps();
 ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT regress.clear_traps();
 SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 -- Nothing lost; what is new is the new objects' (classes, limit_state).
 SELECT * FROM before EXCEPT SELECT * FROM regress.privileges() ORDER BY 1, 2, 3;
@@ -85,7 +109,9 @@ CREATE VIEW public.my_gate AS
   SELECT s.max_active, s.queued, (SELECT count(*) FROM gatekeeper.history) AS samples FROM gatekeeper.status s;
 CREATE TEMP TABLE before AS SELECT * FROM regress.privileges();
 CREATE TEMP TABLE before_init AS SELECT * FROM regress.privileges(true);
+SELECT regress.set_traps();
 ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT regress.clear_traps();
 SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
 SELECT * FROM before EXCEPT SELECT * FROM regress.privileges() ORDER BY 1, 2, 3;
 SELECT * FROM regress.privileges() EXCEPT SELECT * FROM before ORDER BY 1, 2, 3;
@@ -118,5 +144,5 @@ DROP TABLE before, before_init;
 -- Back to a fresh install.
 DROP EXTENSION pg_gatekeeper;
 CREATE EXTENSION pg_gatekeeper;
-DROP FUNCTION regress.privileges(boolean), regress.restrict();
+DROP FUNCTION regress.privileges(boolean), regress.restrict(), regress.set_traps(), regress.clear_traps();
 DROP ROLE regress_reader, regress_relay;
