@@ -403,7 +403,8 @@ impl<'a> Gate<'a> {
     /// lane `long` always exist; an entry of that name sets their keys (with
     /// no entry, the lane's cap falls back to [`LONG_DEFAULT_CAP`]; the glue
     /// gives an entry without `max_active` its default cap; the lane's
-    /// reserve and weight have no use, since its holders take no ticket). A class keeps its entry
+    /// reserve and weight have no use, since its holders take no ticket).
+    /// A class keeps its entry
     /// (and its totals) across reloads; a class dropped from the setting
     /// keeps serving the sessions it has, with no cap, reserve or weight of
     /// its own, and its entry is freed once it has none. Returns the names
