@@ -297,8 +297,9 @@ mod tests {
         assert_eq!(t.lane(1, 42, 2), Lane::Long);
         t.count_routed(1, 42);
         assert_eq!(t.lane(1, 43, 2), Lane::Short);
-        t.count_routed(1, 43); // no such shape: nothing to count
-                               // Another database's same query id is another shape.
+        // No such shape: nothing to count.
+        t.count_routed(1, 43);
+        // Another database's same query id is another shape.
         assert_eq!(t.lane(2, 42, 2), Lane::Short);
         assert_eq!(t.record(1, 42, 10, 1_000, false, 3), None);
         assert_eq!(t.record(1, 42, 10, 1_000, false, 4), None);
