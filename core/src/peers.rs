@@ -1,0 +1,245 @@
+//! `pg_gatekeeper.citus_peers`: which peers may open Citus's internal
+//! transactions on this node without the gate.
+//!
+//! A transaction that Citus opens on a node for a distributed transaction
+//! rides on that transaction's admission (docs/DESIGN.md §14). Citus marks
+//! such connections by their application name alone, which any client can
+//! set; the peer's address is what a client cannot choose. The setting
+//! lists the peers trusted with that form, pg_hba.conf style:
+//! - `nodes`: the addresses of the nodes in this database's `pg_dist_node`;
+//! - `local`: connections over a Unix-domain socket;
+//! - `*`: any peer;
+//! - an IPv4 or IPv6 address, alone or as a CIDR range (`10.0.0.0/24`).
+//!
+//! Parsing and address matching live here; finding the peer's address and
+//! the nodes' addresses is the glue's.
+
+use std::net::IpAddr;
+
+/// One entry of the list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// `*`: any peer.
+    Any,
+    /// `local`: a Unix-domain socket.
+    Local,
+    /// `nodes`: the nodes of the Citus cluster.
+    Nodes,
+    /// An address range: the address with its host bits cleared, and the
+    /// prefix length.
+    Net(IpAddr, u8),
+}
+
+/// The parsed list. An empty list trusts no peer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Peers(pub Vec<Peer>);
+
+/// Where a connection comes from, as far as the list is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A Unix-domain socket.
+    Local,
+    /// A TCP peer.
+    Address(IpAddr),
+}
+
+/// The most entries the list may hold.
+pub const MAX_ENTRIES: usize = 64;
+
+/// Parse a `citus_peers` value: entries separated by commas, spaces around
+/// them ignored, keywords in any case.
+pub fn parse(text: &str) -> Result<Peers, String> {
+    if text.trim().is_empty() {
+        return Ok(Peers::default());
+    }
+    let mut out = vec![];
+    for raw in text.split(',') {
+        let entry = raw.trim();
+        if entry.is_empty() {
+            return Err("An entry of the list is empty.".into());
+        }
+        let peer = match entry.to_ascii_lowercase().as_str() {
+            "*" => Peer::Any,
+            "local" => Peer::Local,
+            "nodes" => Peer::Nodes,
+            _ => net(entry)?,
+        };
+        if !out.contains(&peer) {
+            out.push(peer);
+        }
+    }
+    if out.len() > MAX_ENTRIES {
+        return Err(format!("The list has {} entries; at most {MAX_ENTRIES} are allowed.", out.len()));
+    }
+    Ok(Peers(out))
+}
+
+/// An address or a CIDR range.
+fn net(entry: &str) -> Result<Peer, String> {
+    let (addr, bits) = match entry.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (entry, None),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("\"{entry}\" is not an IP address, a CIDR range, \"nodes\", \"local\" or \"*\"."))?;
+    let ip = canonical(ip);
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let bits = match bits {
+        None => max,
+        Some(b) => match b.parse::<u8>() {
+            Ok(n) if n <= max => n,
+            _ => return Err(format!("\"{entry}\": the prefix length must be 0 to {max}.")),
+        },
+    };
+    Ok(Peer::Net(masked(ip, bits), bits))
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:10.0.0.1`, what a dual-stack socket
+/// reports for an IPv4 peer) compare as the IPv4 address.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// `ip` with all but its first `bits` bits cleared.
+fn masked(ip: IpAddr, bits: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let m = if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits)) };
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            let m = if bits == 0 { 0 } else { u128::MAX << (128 - u32::from(bits)) };
+            IpAddr::V6((u128::from(a) & m).into())
+        }
+    }
+}
+
+impl Peers {
+    /// Whether the list names `nodes` (the glue then looks the nodes up).
+    pub fn names_nodes(&self) -> bool {
+        self.0.contains(&Peer::Nodes)
+    }
+
+    /// Whether a connection from `from` is trusted without looking at the
+    /// cluster's nodes: `*`, `local` for a socket, or a listed range.
+    pub fn trusts(&self, from: Origin) -> bool {
+        self.0.iter().any(|p| match (p, from) {
+            (Peer::Any, _) => true,
+            (Peer::Local, Origin::Local) => true,
+            (Peer::Net(net, bits), Origin::Address(ip)) => {
+                let ip = canonical(ip);
+                ip.is_ipv4() == net.is_ipv4() && masked(ip, *bits) == *net
+            }
+            _ => false,
+        })
+    }
+}
+
+/// Whether `from` is one of the nodes' addresses.
+pub fn is_node(from: Origin, nodes: &[IpAddr]) -> bool {
+    match from {
+        Origin::Local => false,
+        Origin::Address(ip) => nodes.iter().any(|n| canonical(*n) == canonical(ip)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+    fn at(s: &str) -> Origin {
+        Origin::Address(ip(s))
+    }
+
+    #[test]
+    fn keywords_addresses_and_ranges_parse() {
+        let p = parse(" Nodes, LOCAL ,*, 10.1.2.3, 10.0.0.0/8, ::1, fe80::/10 ").unwrap();
+        assert_eq!(
+            p.0,
+            vec![
+                Peer::Nodes,
+                Peer::Local,
+                Peer::Any,
+                Peer::Net(ip("10.1.2.3"), 32),
+                Peer::Net(ip("10.0.0.0"), 8),
+                Peer::Net(ip("::1"), 128),
+                Peer::Net(ip("fe80::"), 10),
+            ]
+        );
+        assert!(p.names_nodes());
+        assert_eq!(parse("").unwrap(), Peers::default());
+        assert_eq!(parse("   ").unwrap(), Peers::default());
+        // Host bits are cleared, as pg_hba.conf does; duplicates collapse.
+        assert_eq!(parse("10.1.2.3/16, 10.1.0.0/16").unwrap().0, vec![Peer::Net(ip("10.1.0.0"), 16)]);
+        // An IPv4-mapped address is the IPv4 address.
+        assert_eq!(parse("::ffff:10.0.0.1").unwrap().0, vec![Peer::Net(ip("10.0.0.1"), 32)]);
+    }
+
+    #[test]
+    fn bad_entries_are_refused_with_what_is_wrong() {
+        for (text, says) in [
+            ("nodes,,local", "empty"),
+            ("nodes,", "empty"),
+            ("example.com", "is not an IP address"),
+            ("10.0.0.0/33", "0 to 32"),
+            ("::/129", "0 to 128"),
+            ("10.0.0.0/-1", "0 to 32"),
+            ("10.0.0.0/", "0 to 32"),
+            ("10.0.0/8", "is not an IP address"),
+            ("all", "is not an IP address"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        let many: Vec<String> = (0..=MAX_ENTRIES).map(|k| format!("10.0.{}.{}", k / 256, k % 256)).collect();
+        assert!(parse(&many.join(",")).unwrap_err().contains("at most"));
+        assert!(parse(&many[..MAX_ENTRIES].join(",")).is_ok());
+    }
+
+    #[test]
+    fn ranges_match_their_addresses_only() {
+        let p = parse("10.0.0.0/8, 192.168.1.7, 2001:db8::/32").unwrap();
+        assert!(p.trusts(at("10.200.3.4")));
+        assert!(p.trusts(at("::ffff:10.200.3.4")));
+        assert!(!p.trusts(at("11.0.0.1")));
+        assert!(p.trusts(at("192.168.1.7")));
+        assert!(!p.trusts(at("192.168.1.8")));
+        assert!(p.trusts(at("2001:db8:ffff::1")));
+        assert!(!p.trusts(at("2001:db9::1")));
+        assert!(!p.trusts(Origin::Local));
+        // /0 of one family is not the other family.
+        let all4 = parse("0.0.0.0/0").unwrap();
+        assert!(all4.trusts(at("203.0.113.9")));
+        assert!(!all4.trusts(at("2001:db8::1")));
+    }
+
+    #[test]
+    fn keywords_match_what_they_name() {
+        assert!(parse("*").unwrap().trusts(Origin::Local));
+        assert!(parse("*").unwrap().trusts(at("203.0.113.9")));
+        assert!(parse("local").unwrap().trusts(Origin::Local));
+        assert!(!parse("local").unwrap().trusts(at("127.0.0.1")));
+        // `nodes` alone trusts nothing until the nodes are looked up.
+        assert!(!parse("nodes").unwrap().trusts(at("127.0.0.1")));
+        assert!(!parse("").unwrap().trusts(Origin::Local));
+        assert!(!parse("").unwrap().trusts(at("127.0.0.1")));
+    }
+
+    #[test]
+    fn nodes_match_by_address() {
+        let nodes = [ip("127.0.0.1"), ip("::1"), ip("10.0.0.5")];
+        assert!(is_node(at("127.0.0.1"), &nodes));
+        assert!(is_node(at("::ffff:10.0.0.5"), &nodes));
+        assert!(is_node(at("::1"), &nodes));
+        assert!(!is_node(at("10.0.0.6"), &nodes));
+        assert!(!is_node(Origin::Local, &nodes));
+        assert!(!is_node(at("127.0.0.1"), &[]));
+    }
+}
