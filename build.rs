@@ -1,5 +1,5 @@
-//! Compiles the hooks' C entry points (src/hooks_shim.c) and the CPU clock
-//! (src/cpu_time.c) against the server
+//! Compiles the hooks' C entry points (src/hooks_shim.c), the CPU clock
+//! (src/cpu_time.c) and the peer's address (src/peer.c) against the server
 //! headers of the PostgreSQL the crate is built for: the pg_config that
 //! `cargo pgrx` passes (PGRX_PG_CONFIG_PATH), or the one `cargo pgrx init`
 //! recorded for the selected `pgNN` feature.
@@ -8,6 +8,7 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=src/hooks_shim.c");
     println!("cargo:rerun-if-changed=src/cpu_time.c");
+    println!("cargo:rerun-if-changed=src/peer.c");
     println!("cargo:rerun-if-env-changed=PGRX_PG_CONFIG_PATH");
     let major = ["15", "16", "17", "18"]
         .into_iter()
@@ -22,6 +23,7 @@ fn main() {
     cc::Build::new()
         .file("src/hooks_shim.c")
         .file("src/cpu_time.c")
+        .file("src/peer.c")
         .include(includedir.trim())
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-missing-field-initializers")

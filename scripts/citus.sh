@@ -505,13 +505,16 @@ run_one() { # round config workload
 # A session named like Citus's connections opens a block the way Citus does
 # on worker 1 and sleeps in it; its state in gatekeeper.sessions says
 # whether the gate admitted it (active: gated) or let it ride (idle).
-# Citus's own assign_distributed_transaction_id rides (Citus itself trusts
-# that call and the name); a look-alike function outside the citus
-# extension is gated. Returns 1 when either answer is wrong.
+# Citus's own assign_distributed_transaction_id rides when the session
+# comes from a node's address (127.0.0.1, where every node is registered;
+# pg_gatekeeper.citus_peers = 'nodes', the default); the same over a
+# Unix-domain socket, a peer that is not a node, is gated, and so is a
+# look-alike function outside the citus extension. Returns 1 when any
+# answer is wrong.
 trust_failed=0
-trust_case() { # what function expected-state
+trust_case() { # what function expected-state host
   local name="citus_internal gpid=10000000099" state= i
-  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h 127.0.0.1 -p "${port[w1]}" -U app -d postgres -c \
+  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h "$4" -p "${port[w1]}" -U app -d postgres -c \
     "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT $2(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT" \
     >/dev/null 2>"$out/trust-$1.err" &
   local pid=$!
@@ -531,8 +534,13 @@ trust_check() {
       public.assign_distributed_transaction_id(int, bigint, timestamptz) RETURNS void LANGUAGE sql AS 'SELECT NULL::void'" \
     -c "GRANT EXECUTE ON FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz) TO app" >"$out/trust-setup.log" 2>&1 ||
     { log "trust: could not create the look-alike function: $(cat "$out/trust-setup.log")"; trust_failed=1; return; }
-  trust_case citus pg_catalog.assign_distributed_transaction_id idle
-  trust_case lookalike public.assign_distributed_transaction_id active
+  trust_case citus pg_catalog.assign_distributed_transaction_id idle 127.0.0.1
+  trust_case socket pg_catalog.assign_distributed_transaction_id active "$root"
+  trust_case lookalike public.assign_distributed_transaction_id active 127.0.0.1
+  # The refused peer is logged, once for its session.
+  if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
+    log "trust: the refused peer is in worker 1's log"
+  else log "trust: worker 1's log does not name the refused peer"; trust_failed=1; fi
   q w1 postgres -c "SET citus.enable_ddl_propagation = off" \
     -c "DROP FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)" >/dev/null
 }

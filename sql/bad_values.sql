@@ -79,3 +79,20 @@ SELECT state FROM gatekeeper.sessions WHERE pid = pg_backend_pid();
 ALTER SYSTEM RESET ALL;
 SELECT pg_reload_conf();
 SELECT regress.wait_reload($$current_setting('pg_gatekeeper.exempt_roles') = ''$$);
+
+-- citus_peers: an entry that is not an address, a range or a keyword, and
+-- a prefix too long for its family, are refused with what is wrong; a
+-- good list is accepted as written.
+ALTER SYSTEM SET pg_gatekeeper.citus_peers = 'nodes, db1.example.com';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.citus_peers = 'nodes, 10.0.0.0/33';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.citus_peers = 'nodes,,local';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.citus_peers = 'Nodes, local, 10.0.0.0/8, fd00::/8';
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.citus_peers') <> 'nodes'$$);
+SHOW pg_gatekeeper.citus_peers;
+ALTER SYSTEM RESET pg_gatekeeper.citus_peers;
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.citus_peers') = 'nodes'$$);

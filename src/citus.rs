@@ -17,19 +17,22 @@
 //!   first statement that is exactly a call of Citus's own
 //!   `assign_distributed_transaction_id` (the function is the `citus`
 //!   extension's member) with constant arguments, inside the block, lets
-//!   the rest of the transaction through. Any other first statement is
-//!   gated like any client's;
+//!   the rest of the transaction through, if the session's peer is one
+//!   that `pg_gatekeeper.citus_peers` trusts (`peer`; by default the
+//!   nodes in `pg_dist_node`). Any other first statement, or any other
+//!   peer, is gated like any client's;
 //! - a superuser session with the internal name (Citus's maintenance and
 //!   deadlock-detection connections) is not gated even with
 //!   `exempt_superusers = off`: a superuser can turn the gate off anyway.
 //!
-//! What this trusts is what Citus itself trusts: Citus decides that a
-//! backend is internal from its application name alone, and grants
-//! `assign_distributed_transaction_id` to every role. A client that can
-//! connect to a worker directly can do both, and then passes there, as it
-//! passes Citus's own internal-backend checks; setting the name alone
-//! passes nothing. README "Running on Citus" says how to keep clients off
-//! the workers' ports (pg_hba.conf).
+//! The name and the call are what Citus itself trusts: Citus decides that
+//! a backend is internal from its application name alone, and grants
+//! `assign_distributed_transaction_id` to every role, so any client can do
+//! both. The peer's address is what a client cannot choose: a client
+//! connecting from elsewhere than a node is gated like any other, on the
+//! coordinator and on the workers alike. One on a node's host, connecting
+//! from that address, still passes; README "Running on Citus" says how to
+//! narrow that (pg_hba.conf, `citus_peers`).
 //!
 //! Autocommit statements that Citus sends outside a distributed transaction
 //! (single-shard reads and writes outside a block) carry no transaction id
@@ -105,7 +108,8 @@ pub unsafe fn starts_distributed_transaction(query: *mut pg_sys::Query) -> bool 
     }
     // SAFETY: per the caller.
     match unsafe { assignment_call(query) } {
-        Some(funcid) => is_assign_function(funcid),
+        // The peer last: it may read pg_dist_node (once per session).
+        Some(funcid) => is_assign_function(funcid) && crate::peer::trusted(),
         None => false,
     }
 }

@@ -14,6 +14,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use gatekeeper_core::classes::{self, ClassDef};
+use gatekeeper_core::peers;
 
 use crate::backend_local::BackendLocal;
 
@@ -43,6 +44,8 @@ static MAX_QUEUED: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EXEMPT_SUPERUSERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Comma-separated roles whose members are never gated.
 static EXEMPT_ROLES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
+/// The peers trusted with Citus's internal transactions (`gatekeeper_core::peers`).
+static CITUS_PEERS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"nodes"));
 /// How often a parked session checks that its client is still there, in ms; 0 = never.
 static CLIENT_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
 /// Log every wait at least this long, in ms; -1 = off.
@@ -109,6 +112,8 @@ const MAX_BACKENDS: i32 = 0x3FFFF;
 /// Bumped by the assign hooks of settings that decide exemption, so that
 /// each backend re-decides after a reload.
 static EXEMPTION_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+/// Bumped when `citus_peers` changes in this process.
+static CITUS_PEERS_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
 /// Bumped by the assign hooks of the settings that make the limit and the
 /// classes, so that a process that reloaded applies them.
 static LIMIT_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
@@ -285,6 +290,18 @@ pub fn init() {
             GucFlags::from_bits_retain(pg_sys::GUC_LIST_INPUT as i32),
             Some(check_exempt_roles),
             Some(assign_exempt_roles),
+            None,
+        );
+        GucRegistry::define_string_guc_with_hooks(
+            c"pg_gatekeeper.citus_peers",
+            c"Peers whose connections may open Citus's internal transactions without the gate.",
+            c"A comma-separated list of nodes (the addresses in pg_dist_node), local (Unix-domain sockets), * (any peer), \
+              IP addresses and CIDR ranges. Other connections that look like Citus's are gated like any client's.",
+            &CITUS_PEERS,
+            GucContext::Sighup,
+            GucFlags::from_bits_retain(pg_sys::GUC_LIST_INPUT as i32),
+            Some(check_citus_peers),
+            Some(assign_citus_peers),
             None,
         );
     }
@@ -481,6 +498,17 @@ fn bump_exemption_generation() {
     EXEMPTION_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
 }
 
+/// The peers trusted with Citus's internal transactions. Allocates; call it
+/// only when a session's trust must be decided again.
+pub fn citus_peers() -> peers::Peers {
+    CITUS_PEERS.get().and_then(|s| peers::parse(&s.to_string_lossy()).ok()).unwrap_or_default()
+}
+
+/// A counter that changes whenever `citus_peers` changes.
+pub fn citus_peers_generation() -> u64 {
+    CITUS_PEERS_GENERATION.with(|g| g.get())
+}
+
 /// Split a comma-separated identifier list the way PostgreSQL does
 /// (`SplitIdentifierString`: quoting, case folding). `None` if malformed.
 fn split_identifiers(s: &CStr) -> Option<Vec<String>> {
@@ -533,6 +561,31 @@ unsafe extern "C-unwind" fn check_exempt_roles(
 #[pg_guard]
 unsafe extern "C-unwind" fn assign_exempt_roles(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
     bump_exemption_generation();
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn check_citus_peers(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: called as a string check hook.
+    let text = unsafe { proposed(newval) };
+    match peers::parse(&text) {
+        Ok(_) => true,
+        // SAFETY: called as a check hook, returning false.
+        Err(detail) => unsafe {
+            refuse(
+                &detail,
+                c"List nodes, local, * or IP addresses and CIDR ranges separated by commas, e.g. 'nodes, 10.0.0.0/24'.",
+            )
+        },
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn assign_citus_peers(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    CITUS_PEERS_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
 }
 
 #[pg_guard]

@@ -37,6 +37,7 @@ mod limit;
 mod liveness;
 mod monitor;
 mod park;
+mod peer;
 mod procs;
 mod session;
 mod shapes_api;
