@@ -545,6 +545,47 @@ trust_check() {
     -c "DROP FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)" >/dev/null
 }
 
+# -- loopback shard tasks on the coordinator ------------------------------------
+# With shards on the coordinator too, a multi-shard read outside a block
+# sends the coordinator's own shard tasks over connections to itself, named
+# citus_internal gpid=<the holder's>. They ride on their holder's admission:
+# with the coordinator's gate full (max_active 2, 8 clients), none of them
+# may wait in its queue, while clients do. log_min_wait = 0 logs every wait
+# under the waiting session's application name. Returns 1 (trust_failed)
+# when a task waited, the clients never did (the check proved nothing), or
+# the reads did not finish.
+loopback_check() {
+  local setup=(-c "SELECT citus_set_node_property('127.0.0.1', ${port[coord]}, 'shouldhaveshards', true)"
+    -c "CREATE TABLE loopback (id int PRIMARY KEY, v int)"
+    -c "SELECT create_distributed_table('loopback', 'id', shard_count => 12)"
+    -c "INSERT INTO loopback SELECT g, g FROM generate_series(1, 10000) g"
+    -c "GRANT SELECT ON loopback TO app"
+    -c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2"
+    -c "SELECT pg_reload_conf()")
+  local undo=(-c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active"
+    -c "SELECT pg_reload_conf()" -c "DROP TABLE IF EXISTS loopback"
+    -c "SELECT citus_set_node_property('127.0.0.1', ${port[coord]}, 'shouldhaveshards', false)")
+  local off rc tasks clients here
+  off=$(log_size coord)
+  if ! q coord postgres "${setup[@]}" >"$out/loopback-setup.log" 2>&1; then
+    log "loopback: setup failed: $(tail -3 "$out/loopback-setup.log")"; trust_failed=1
+    q coord postgres "${undo[@]}" >/dev/null 2>&1; return
+  fi
+  here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
+  echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
+  chmod a+r "$root/loopback.sql"
+  timeout 120 "$PGBENCH" -n -f "$root/loopback.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
+    >"$out/loopback-pgbench.log" 2>&1
+  rc=$?
+  q coord postgres "${undo[@]}" >/dev/null 2>&1
+  tasks=$(log_count coord "$off" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
+  clients=$(log_count coord "$off" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
+  if [ $rc != 0 ]; then log "loopback: the reads failed or did not finish in 120 s (exit $rc)"; trust_failed=1
+  elif [ "$tasks" != 0 ]; then log "loopback: $tasks of the coordinator's own shard tasks waited in its queue"; trust_failed=1
+  elif [ "$clients" = 0 ]; then log "loopback: no client waited: the coordinator's gate never filled"; trust_failed=1
+  else log "loopback: $clients client waits, no shard task waited ($here of 12 shards on the coordinator), as expected"; fi
+}
+
 # -- summary ---------------------------------------------------------------------
 # The results name no machine path: the cluster's temporary directory
 # becomes <cluster>, and paths inside the repository become relative.
@@ -582,7 +623,7 @@ for round in $(seq 1 "$rounds"); do
     for wl in $workloads; do
       run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
     done
-    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; fi
+    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; loopback_check; fi
   done
   summary
   log "round $round done: ${out#"$repo/"}/summary.md"

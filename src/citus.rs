@@ -24,6 +24,10 @@
 //! - a superuser session with the internal name (Citus's maintenance and
 //!   deadlock-detection connections) is not gated even with
 //!   `exempt_superusers = off`: a superuser can turn the gate off anyway.
+//! - a session with the internal name, from a trusted peer, whose global
+//!   PID names a process of this node that holds an admission or is
+//!   exempt, rides on it statement by statement: Citus's shard tasks from a
+//!   node to itself (`serves_local_holder`).
 //!
 //! The name and the call are what Citus itself trusts: Citus decides that
 //! a backend is internal from its application name alone, and grants
@@ -34,14 +38,16 @@
 //! from that address, still passes; README "Running on Citus" says how to
 //! narrow that (pg_hba.conf, `citus_peers`).
 //!
-//! Autocommit statements that Citus sends outside a distributed transaction
-//! (single-shard reads and writes outside a block) carry no transaction id
-//! and are gated like any client's: they hold no locks while they wait.
+//! Other autocommit statements that Citus sends outside a distributed
+//! transaction (single-shard reads and writes outside a block, tasks from
+//! other nodes) carry no transaction id and are gated like any client's:
+//! they hold no locks while they wait.
 //! Nothing here needs Citus to build or load: it is all run-time lookups.
 
 use std::cell::Cell;
 use std::ffi::CStr;
 
+use gatekeeper_core::SlotState;
 use pgrx::pg_sys::{self, NodeTag, Oid};
 
 use crate::backend_local::BackendLocal;
@@ -91,6 +97,48 @@ pub fn is_internal_superuser() -> bool {
     // SAFETY: superuser() reads the current user's role through syscache,
     // inside a transaction.
     ANY_PREFIX.iter().any(|p| global_pid(name, p).is_some()) && unsafe { pg_sys::superuser() }
+}
+
+/// Citus's global PIDs are the node id times this, plus the process id
+/// (`GLOBAL_PID_NODE_ID_MULTIPLIER`).
+const GLOBAL_PID_NODE_ID_MULTIPLIER: u64 = 10_000_000_000;
+
+/// Whether this session is one of Citus's connections serving a process of
+/// this node that holds an admission here or is exempt: a loopback shard
+/// task. A multi-shard statement outside a transaction block, on a node
+/// that holds shards itself, sends its local tasks over connections to
+/// this same node, named with its global PID; queued, they would wait
+/// behind the holders that wait for them. They ride on that process's
+/// admission, as a distributed transaction's work rides on its
+/// (docs/DESIGN.md §14), and only from a peer `citus_peers` trusts.
+pub fn serves_local_holder() -> bool {
+    // The cheap test first: every admission of every session passes here.
+    let Some(gpid) = global_pid(application_name(), INTERNAL_PREFIX) else {
+        return false;
+    };
+    let Ok(pid) = i32::try_from(gpid % GLOBAL_PID_NODE_ID_MULTIPLIER) else {
+        return false;
+    };
+    // SAFETY: MyProcPid is set at process start; BackendPidGetProc takes
+    // ProcArrayLock itself and returns null or an entry of allProcs.
+    let procno = unsafe {
+        if pid == pg_sys::MyProcPid {
+            return false;
+        }
+        let proc_ = pg_sys::BackendPidGetProc(pid);
+        if proc_.is_null() {
+            return false;
+        }
+        crate::procs::number(proc_)
+    };
+    let holds = crate::shmem::with_gate_shared(|l| {
+        l.gate
+            .slots()
+            .get(procno)
+            .is_some_and(|s| s.pid == pid && matches!(s.state, SlotState::Admitted | SlotState::Exempt))
+    });
+    // The peer last: it may read pg_dist_node (once per session).
+    holds && crate::peer::trusted()
 }
 
 /// Whether `query`, about to be admitted, starts a distributed

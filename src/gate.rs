@@ -55,7 +55,7 @@ pub unsafe fn admit_statement(query_id: u64, at: snapshot::Point) {
 
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
-    if session::is_exempt(slot) || crate::citus::is_internal_superuser() {
+    if session::is_exempt(slot) || crate::citus::is_internal_superuser() || crate::citus::serves_local_holder() {
         // Decided once per transaction: a reload that ends the exemption
         // takes effect at the next transaction, never mid-way.
         session::pass_this_transaction();
