@@ -4,8 +4,9 @@
 //! Decided once per session, and again after a reload changed the setting:
 //! a connection's peer does not change, and the lookup reads
 //! `pg_dist_node` and may resolve host names, so it is kept off the path of
-//! every transaction. Only sessions that open a transaction the way Citus
-//! does (`citus::starts_distributed_transaction`) ever ask.
+//! every transaction. Only sessions that work as Citus's connections between
+//! nodes do (`citus::starts_distributed_transaction`,
+//! `citus::serves_local_holder`) ever ask.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -53,7 +54,7 @@ pub fn trusted() -> bool {
             Some(Origin::Address(ip)) => ip.to_string(),
         };
         pgrx::log!(
-            "pg_gatekeeper: process {} opened a transaction the way Citus does between nodes, but its peer ({what}) is not in pg_gatekeeper.citus_peers; its transactions are gated like any client's",
+            "pg_gatekeeper: process {} works as Citus's connections between nodes do, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
             // SAFETY: MyProcPid is set at process start.
             unsafe { pg_sys::MyProcPid }
         );
