@@ -537,7 +537,7 @@ trust_check() {
   trust_case citus pg_catalog.assign_distributed_transaction_id idle 127.0.0.1
   trust_case socket pg_catalog.assign_distributed_transaction_id active "$root"
   trust_case lookalike public.assign_distributed_transaction_id active 127.0.0.1
-  # The refused peer is logged, once for its session.
+  # The refused peer is logged.
   if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
     log "trust: the refused peer is in worker 1's log"
   else log "trust: worker 1's log does not name the refused peer"; trust_failed=1; fi
@@ -551,9 +551,10 @@ trust_check() {
 # citus_internal gpid=<the holder's>. They ride on their holder's admission:
 # with the coordinator's gate full (max_active 2, 8 clients), none of them
 # may wait in its queue, while clients do. log_min_wait = 0 logs every wait
-# under the waiting session's application name. Returns 1 (trust_failed)
-# when a task waited, the clients never did (the check proved nothing), or
-# the reads did not finish.
+# under the waiting session's application name; log_connections shows that
+# the tasks did come over connections. Returns 1 (trust_failed) when a task
+# waited, or the check proved nothing (no shard on the coordinator, no task
+# connection, no client wait), or the reads did not finish.
 loopback_check() {
   local setup=(-c "SELECT citus_set_node_property('127.0.0.1', ${port[coord]}, 'shouldhaveshards', true)"
     -c "CREATE TABLE loopback (id int PRIMARY KEY, v int)"
@@ -561,16 +562,21 @@ loopback_check() {
     -c "INSERT INTO loopback SELECT g, g FROM generate_series(1, 10000) g"
     -c "GRANT SELECT ON loopback TO app"
     -c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2"
-    -c "SELECT pg_reload_conf()")
+    -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()")
   local undo=(-c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active"
-    -c "SELECT pg_reload_conf()" -c "DROP TABLE IF EXISTS loopback"
+    -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()" -c "DROP TABLE IF EXISTS loopback"
     -c "SELECT citus_set_node_property('127.0.0.1', ${port[coord]}, 'shouldhaveshards', false)")
-  local off rc tasks clients here
+  local off rc tasks clients here conns i
   off=$(log_size coord)
   if ! q coord postgres "${setup[@]}" >"$out/loopback-setup.log" 2>&1; then
     log "loopback: setup failed: $(tail -3 "$out/loopback-setup.log")"; trust_failed=1
     q coord postgres "${undo[@]}" >/dev/null 2>&1; return
   fi
+  # New sessions see the reloaded settings once the postmaster has read them.
+  for i in $(seq 1 100); do
+    [ "$(q coord postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] && break
+    sleep 0.1
+  done
   here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
   echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
   chmod a+r "$root/loopback.sql"
@@ -580,10 +586,13 @@ loopback_check() {
   q coord postgres "${undo[@]}" >/dev/null 2>&1
   tasks=$(log_count coord "$off" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
   clients=$(log_count coord "$off" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
+  conns=$(log_count coord "$off" "connection authorized: user=app database=postgres application_name=citus_internal gpid=")
   if [ $rc != 0 ]; then log "loopback: the reads failed or did not finish in 120 s (exit $rc)"; trust_failed=1
   elif [ "$tasks" != 0 ]; then log "loopback: $tasks of the coordinator's own shard tasks waited in its queue"; trust_failed=1
+  elif [ "${here:-0}" = 0 ]; then log "loopback: no shard of the table is on the coordinator: nothing was checked"; trust_failed=1
+  elif [ "$conns" = 0 ]; then log "loopback: no shard task came over a connection: nothing was checked"; trust_failed=1
   elif [ "$clients" = 0 ]; then log "loopback: no client waited: the coordinator's gate never filled"; trust_failed=1
-  else log "loopback: $clients client waits, no shard task waited ($here of 12 shards on the coordinator), as expected"; fi
+  else log "loopback: $clients client waits, $conns task connections, no task waited ($here of 12 shards on the coordinator), as expected"; fi
 }
 
 # -- summary ---------------------------------------------------------------------

@@ -53,9 +53,16 @@ pub unsafe fn admit_statement(query_id: u64, at: snapshot::Point) {
     admit_with(query_id, Some(at));
 }
 
+/// Whether this session's transaction passes without an admission
+/// whatever it runs: an exempt session, or Citus's superuser connections
+/// between nodes. Needs a transaction (catalog lookups, once per session).
+pub fn passes_anyway() -> bool {
+    session::is_exempt(session::ensure_attached()) || crate::citus::is_internal_superuser()
+}
+
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
-    if session::is_exempt(slot) || crate::citus::is_internal_superuser() || crate::citus::serves_local_holder() {
+    if passes_anyway() || crate::citus::serves_local_holder() {
         // Decided once per transaction: a reload that ends the exemption
         // takes effect at the next transaction, never mid-way.
         session::pass_this_transaction();

@@ -86,8 +86,10 @@ unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) -> bool
 ///
 /// SAFETY: `query` must be a valid analysed Query.
 unsafe fn admit_query(query: *mut pg_sys::Query) {
+    // Exemption first, as in `gate::admit_statement`: an exempt session
+    // never looks Citus's peers up (nor is logged as refused).
     // SAFETY: per the caller.
-    if unsafe { citus::starts_distributed_transaction(query) } {
+    if !gate::passes_anyway() && unsafe { citus::starts_distributed_transaction(query) } {
         session::pass_this_transaction();
     } else {
         // SAFETY: per the caller, from the planner hook.

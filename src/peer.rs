@@ -1,74 +1,118 @@
-//! Whether this session's peer may open Citus's internal transactions
-//! without the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`).
+//! Whether this session's peer may do Citus's work between nodes without
+//! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`).
 //!
-//! Decided once per session, and again after a reload changed the setting:
-//! a connection's peer does not change, and the lookup reads
-//! `pg_dist_node` and may resolve host names, so it is kept off the path of
-//! every transaction. Only sessions that work as Citus's connections between
-//! nodes do (`citus::starts_distributed_transaction`,
-//! `citus::serves_local_holder`) ever ask.
+//! Two questions, each decided once per session and again after a reload
+//! changed the setting (a connection's peer does not change):
+//! - [`trusted`]: may it open a distributed transaction's work here? This
+//!   may read `pg_dist_node` and resolve host names, so it is kept off the
+//!   path of every transaction; a refusal is decided again after
+//!   [`RETRY_REFUSAL_US`], in case it came from a name that did not
+//!   resolve or a `pg_dist_node` not synced yet.
+//! - [`own_trusted`]: is it this node's connection to itself, carrying its
+//!   own shard tasks? Decided from the two ends' addresses alone.
+//!
+//! Only sessions named as Citus's connections between nodes, doing what
+//! those do (`citus::starts_distributed_transaction`,
+//! `citus::serves_local_holder`), ever ask.
 
 use std::cell::Cell;
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 
-use gatekeeper_core::peers::{self, Origin};
+use gatekeeper_core::peers::{self, Nodes, Origin};
 use pgrx::pg_sys::{self, Oid};
 
 use crate::backend_local::BackendLocal;
 use crate::gucs;
 
 unsafe extern "C" {
-    /// src/peer.c: 0 no client, 1 Unix socket, 4 IPv4, 6 IPv6, 2 other.
-    fn gk_peer_address(addr: *mut u8) -> i32;
+    /// src/peer.c: the peer's address (or the local one), by kind: 0 no
+    /// client, 1 Unix socket, 4 IPv4, 6 IPv6, 2 other.
+    fn gk_peer_address(addr: *mut u8, local: bool) -> i32;
 }
 
-/// The verdict for this session and the `citus_peers` generation it was
-/// reached under.
-static TRUSTED: BackendLocal<Cell<Option<(bool, u64)>>> = BackendLocal::new(Cell::new(None));
+/// How long a refusal by [`trusted`] stands before it is decided again.
+pub const RETRY_REFUSAL_US: i64 = 10_000_000;
 
-/// Whether this session's peer is trusted with Citus's internal form.
-/// Needs a transaction (the `nodes` entry reads `pg_dist_node`).
-///
-/// Logs, once per decision, a peer that is refused: a node whose
-/// connections come from an address `citus_peers` does not cover has its
-/// distributed transactions gated on this node, which makes them slow
-/// (queued behind their own work, freed by the progress guarantee), and the
-/// log line says why. Called with no borrow held and nothing half done
-/// (a logged message serves interrupts).
+/// [`trusted`]'s verdict, the `citus_peers` generation it was reached
+/// under, and when.
+static TRUSTED: BackendLocal<Cell<Option<(bool, u64, i64)>>> = BackendLocal::new(Cell::new(None));
+/// [`own_trusted`]'s verdict and generation.
+static OWN: BackendLocal<Cell<Option<(bool, u64)>>> = BackendLocal::new(Cell::new(None));
+/// This session has logged a refusal.
+static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
+
+/// Whether this session's peer may open a distributed transaction's work
+/// here. Needs a transaction (the `nodes` entry reads `pg_dist_node`).
+/// Called with no borrow held and nothing half done: it may log.
 pub fn trusted() -> bool {
     let generation = gucs::citus_peers_generation();
-    if let Some((v, g)) = TRUSTED.with(|t| t.get()) {
-        if g == generation {
+    let now = crate::now_us();
+    if let Some((v, g, at)) = TRUSTED.with(|t| t.get()) {
+        if g == generation && (v || now - at < RETRY_REFUSAL_US) {
             return v;
         }
     }
     let list = gucs::citus_peers();
-    let from = origin();
-    let verdict = from.is_some_and(|o| list.trusts(o) || (list.names_nodes() && is_node(o)));
-    TRUSTED.with(|t| t.set(Some((verdict, generation))));
+    let from = origin(false);
+    let verdict = from.is_some_and(|o| peers::decide(&list, o, || nodes(o)));
+    TRUSTED.with(|t| t.set(Some((verdict, generation, now))));
     if !verdict {
-        let what = match from {
-            None => "a process without a client connection".to_string(),
-            Some(Origin::Local) => "a Unix-domain socket".to_string(),
-            Some(Origin::Address(ip)) => ip.to_string(),
-        };
-        pgrx::log!(
-            "pg_gatekeeper: process {} works as Citus's connections between nodes do, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
-            // SAFETY: MyProcPid is set at process start.
-            unsafe { pg_sys::MyProcPid }
-        );
+        log_refusal(from);
     }
     verdict
 }
 
-/// Where this session's connection comes from; `None` for a process with
-/// no client connection or a family the list cannot name.
-fn origin() -> Option<Origin> {
+/// Whether this session is this node's connection to itself, from a peer
+/// the setting trusts (`nodes`, which this node is one of, or an entry
+/// naming the address). A session from elsewhere is not this node's own,
+/// whatever the setting says, and is not logged.
+pub fn own_trusted() -> bool {
+    let generation = gucs::citus_peers_generation();
+    if let Some((v, g)) = OWN.with(|t| t.get()) {
+        if g == generation {
+            return v;
+        }
+    }
+    let from = origin(false);
+    let same_host = from.is_some_and(|o| peers::same_host(o, origin(true)));
+    let verdict = from.is_some_and(|o| peers::decide_own(&gucs::citus_peers(), o, same_host));
+    OWN.with(|t| t.set(Some((verdict, generation))));
+    if same_host && !verdict {
+        log_refusal(from);
+    }
+    verdict
+}
+
+/// Say once per session, in the server log, that a peer was refused: a
+/// node whose connections come from an address `citus_peers` does not
+/// cover has its work gated here, queued behind the work it serves, and
+/// so slow; the line says why. A log call serves interrupts: called after
+/// the verdict is recorded, with no borrow held.
+fn log_refusal(from: Option<Origin>) {
+    if LOGGED.with(|l| l.replace(true)) {
+        return;
+    }
+    let what = match from {
+        None => "a process without a client connection".to_string(),
+        Some(Origin::Local) => "a Unix-domain socket".to_string(),
+        Some(Origin::Address(ip)) => ip.to_string(),
+    };
+    pgrx::log!(
+        "pg_gatekeeper: process {} works as Citus's connections between nodes do, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
+        // SAFETY: MyProcPid is set at process start.
+        unsafe { pg_sys::MyProcPid }
+    );
+}
+
+/// Where this session's connection comes from (`local`: the address it
+/// reached); `None` for a process with no client connection or a family
+/// the list cannot name.
+fn origin(local: bool) -> Option<Origin> {
     let mut a = [0u8; 16];
     // SAFETY: gk_peer_address writes at most 16 bytes into `a` and reads
     // MyProcPort, which is set for the life of a client backend (or null).
-    match unsafe { gk_peer_address(a.as_mut_ptr()) } {
+    match unsafe { gk_peer_address(a.as_mut_ptr(), local) } {
         1 => Some(Origin::Local),
         4 => Some(Origin::Address(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])))),
         6 => Some(Origin::Address(IpAddr::V6(Ipv6Addr::from(a)))),
@@ -76,36 +120,42 @@ fn origin() -> Option<Origin> {
     }
 }
 
-/// Whether `from` is one of the nodes in this database's `pg_dist_node`:
-/// a node registered by address matches that address, one registered by
-/// host name every address the name resolves to (as pg_hba.conf's host
-/// names do), and one registered by a socket directory (a name starting
-/// with `/`) matches Unix-socket peers.
-fn is_node(from: Origin) -> bool {
+/// The nodes in this database's `pg_dist_node`, as far as `from` needs
+/// them: names that are addresses first, and only when none of those is
+/// `from`, the addresses the host names resolve to (a blocking lookup, as
+/// libpq's own when Citus connects to them; a name that does not resolve
+/// contributes nothing).
+fn nodes(from: Origin) -> Nodes {
     let names = node_names();
-    if from == Origin::Local {
-        return names.iter().any(|n| n.starts_with('/'));
-    }
-    let mut addresses = vec![];
+    let mut nodes = Nodes { addresses: vec![], by_socket: names.iter().any(|n| n.starts_with('/')) };
+    let mut hosts = vec![];
     for name in names.iter().filter(|n| !n.starts_with('/')) {
         match name.parse::<IpAddr>() {
-            Ok(ip) => addresses.push(ip),
-            // A name that does not resolve contributes nothing: the node it
-            // names cannot connect from it either.
-            Err(_) => addresses.extend((name.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|s| s.ip())),
+            Ok(ip) => nodes.addresses.push(ip),
+            Err(_) => hosts.push(name),
         }
     }
-    peers::is_node(from, &addresses)
+    if !peers::is_node(from, &nodes) && from != Origin::Local {
+        for host in hosts {
+            nodes.addresses.extend((host.as_str(), 0).to_socket_addrs().into_iter().flatten().map(|s| s.ip()));
+            if peers::is_node(from, &nodes) {
+                break;
+            }
+        }
+    }
+    nodes
 }
 
-/// The `nodename` of every row of `pg_catalog.pg_dist_node`; none without Citus.
+/// The `nodename` of every row of `pg_catalog.pg_dist_node`; none without
+/// Citus (or while it is being dropped).
 fn node_names() -> Vec<String> {
     let mut names = vec![];
     // SAFETY: catalog lookups and a heap scan inside a transaction, as Citus
     // itself reads pg_dist_node (systable_beginscan without an index, the
-    // catalog snapshot). The relation is opened and closed here; every
-    // tuple is read while the scan holds it, and text_to_cstring returns a
-    // palloc'd copy, freed after it is copied out.
+    // catalog snapshot). try_table_open returns null if the relation is
+    // gone; it is closed here; every tuple is read while the scan holds it,
+    // and text_to_cstring returns a palloc'd copy, freed after it is copied
+    // out.
     unsafe {
         let relid = pg_sys::get_relname_relid(c"pg_dist_node".as_ptr(), Oid::from(pg_sys::PG_CATALOG_NAMESPACE));
         if relid == pg_sys::InvalidOid {
@@ -116,7 +166,10 @@ fn node_names() -> Vec<String> {
             return names;
         }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-        let rel = pg_sys::table_open(relid, lock);
+        let rel = pg_sys::try_table_open(relid, lock);
+        if rel.is_null() {
+            return names;
+        }
         let scan =
             pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, std::ptr::null_mut(), 0, std::ptr::null_mut());
         loop {

@@ -83,7 +83,6 @@ fn net(entry: &str) -> Result<Peer, String> {
     let ip: IpAddr = addr
         .parse()
         .map_err(|_| format!("\"{entry}\" is not an IP address, a CIDR range, \"nodes\", \"local\" or \"*\"."))?;
-    let ip = canonical(ip);
     let max = if ip.is_ipv4() { 32 } else { 128 };
     let bits = match bits {
         None => max,
@@ -91,6 +90,15 @@ fn net(entry: &str) -> Result<Peer, String> {
             Ok(n) if n <= max => n,
             _ => return Err(format!("\"{entry}\": the prefix length must be 0 to {max}.")),
         },
+    };
+    // An IPv4-mapped range (`::ffff:10.0.0.0/104`) is the IPv4 range it
+    // maps; one wider than the mapped space would mix the families.
+    let (ip, bits) = match (ip, canonical(ip)) {
+        (IpAddr::V6(_), v4 @ IpAddr::V4(_)) if bits >= 96 => (v4, bits - 96),
+        (IpAddr::V6(_), IpAddr::V4(_)) => {
+            return Err(format!("\"{entry}\": an IPv4-mapped range needs a prefix length of 96 to 128."));
+        }
+        _ => (ip, bits),
     };
     Ok(Peer::Net(masked(ip, bits), bits))
 }
@@ -139,12 +147,59 @@ impl Peers {
     }
 }
 
-/// Whether `from` is one of the nodes' addresses.
-pub fn is_node(from: Origin, nodes: &[IpAddr]) -> bool {
+/// The nodes of the cluster, as `pg_dist_node` names them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nodes {
+    /// Their addresses: those given as addresses, and those that their
+    /// host names resolve to.
+    pub addresses: Vec<IpAddr>,
+    /// Some node is registered by a socket directory (a name starting with
+    /// `/`): its connections arrive over Unix-domain sockets.
+    pub by_socket: bool,
+}
+
+/// Whether `from` is one of the nodes. A loopback peer matches any
+/// loopback address: a node registered on one (`localhost`, or a host
+/// name that `/etc/hosts` maps to 127.0.1.1) is reached from 127.0.0.1,
+/// the source address Linux gives every connection into 127.0.0.0/8.
+pub fn is_node(from: Origin, nodes: &Nodes) -> bool {
     match from {
-        Origin::Local => false,
-        Origin::Address(ip) => nodes.iter().any(|n| canonical(*n) == canonical(ip)),
+        Origin::Local => nodes.by_socket,
+        Origin::Address(ip) => {
+            let ip = canonical(ip);
+            nodes.addresses.iter().map(|n| canonical(*n)).any(|n| n == ip || (n.is_loopback() && ip.is_loopback()))
+        }
     }
+}
+
+/// Whether a connection from `from`, accepted on the local address
+/// `local`, comes from this host: a Unix-domain socket, a loopback address
+/// to a loopback address, or the very address it reached (what a host's
+/// connection to its own address carries as its source).
+pub fn same_host(from: Origin, local: Option<Origin>) -> bool {
+    match (from, local) {
+        (Origin::Local, _) => true,
+        (Origin::Address(r), Some(Origin::Address(l))) => {
+            let (r, l) = (canonical(r), canonical(l));
+            r == l || (r.is_loopback() && l.is_loopback())
+        }
+        _ => false,
+    }
+}
+
+/// The verdict for a peer that opens a distributed transaction's work:
+/// trusted by an entry of the list, or, where the list names `nodes`, one
+/// of the nodes. `nodes` is called only when the entries did not decide
+/// (it reads the catalog and may resolve host names).
+pub fn decide(list: &Peers, from: Origin, nodes: impl FnOnce() -> Nodes) -> bool {
+    list.trusts(from) || (list.names_nodes() && is_node(from, &nodes()))
+}
+
+/// The verdict for a peer that sends this node's own shard tasks (a
+/// connection from this node to itself): it must come from this host, and
+/// be trusted by an entry of the list or by `nodes` (this node is one).
+pub fn decide_own(list: &Peers, from: Origin, same_host: bool) -> bool {
+    same_host && (list.trusts(from) || list.names_nodes())
 }
 
 #[cfg(test)]
@@ -233,13 +288,68 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_mapped_ranges_are_ipv4_ranges() {
+        assert_eq!(parse("::ffff:10.0.0.0/104").unwrap().0, vec![Peer::Net(ip("10.0.0.0"), 8)]);
+        assert_eq!(parse("::ffff:10.1.2.3/128").unwrap().0, vec![Peer::Net(ip("10.1.2.3"), 32)]);
+        assert!(parse("::ffff:10.0.0.0/95").unwrap_err().contains("96 to 128"));
+        assert!(parse("::ffff:10.0.0.0/104").unwrap().trusts(at("10.9.9.9")));
+    }
+
+    #[test]
+    fn this_host_is_told_by_the_addresses_of_both_ends() {
+        assert!(same_host(Origin::Local, None));
+        assert!(same_host(at("127.0.0.1"), Some(at("127.0.1.1"))));
+        assert!(same_host(at("::1"), Some(at("127.0.0.1"))));
+        assert!(same_host(at("10.0.0.5"), Some(at("10.0.0.5"))));
+        assert!(same_host(at("::ffff:10.0.0.5"), Some(at("10.0.0.5"))));
+        assert!(!same_host(at("10.0.0.6"), Some(at("10.0.0.5"))));
+        assert!(!same_host(at("127.0.0.1"), Some(at("10.0.0.5"))));
+        assert!(!same_host(at("10.0.0.5"), None));
+    }
+
+    #[test]
+    fn the_nodes_are_looked_up_only_when_the_entries_do_not_decide() {
+        let nodes = || Nodes { addresses: vec![ip("10.0.0.5")], by_socket: false };
+        let never = || -> Nodes { panic!("looked up") };
+        let list = parse("nodes, 192.168.0.0/16").unwrap();
+        assert!(decide(&list, at("192.168.3.4"), never));
+        assert!(decide(&list, at("10.0.0.5"), nodes));
+        assert!(!decide(&list, at("10.0.0.6"), nodes));
+        assert!(!decide(&list, Origin::Local, nodes));
+        assert!(decide(&list, Origin::Local, || Nodes { addresses: vec![], by_socket: true }));
+        // Without `nodes`, the nodes do not count.
+        let list = parse("192.168.0.0/16").unwrap();
+        assert!(!decide(&list, at("10.0.0.5"), never));
+        assert!(!decide(&Peers::default(), Origin::Local, never));
+    }
+
+    #[test]
+    fn own_tasks_must_come_from_this_host() {
+        let nodes = parse("nodes").unwrap();
+        assert!(decide_own(&nodes, at("127.0.0.1"), true));
+        assert!(decide_own(&nodes, Origin::Local, true));
+        assert!(!decide_own(&nodes, at("10.0.0.6"), false));
+        // `*` trusts any peer, but a task from elsewhere is not this node's own.
+        assert!(!decide_own(&parse("*").unwrap(), at("10.0.0.6"), false));
+        assert!(decide_own(&parse("127.0.0.1").unwrap(), at("127.0.0.1"), true));
+        assert!(!decide_own(&parse("10.0.0.0/8").unwrap(), at("127.0.0.1"), true));
+        assert!(!decide_own(&Peers::default(), at("127.0.0.1"), true));
+    }
+
+    #[test]
     fn nodes_match_by_address() {
-        let nodes = [ip("127.0.0.1"), ip("::1"), ip("10.0.0.5")];
+        let nodes = Nodes { addresses: vec![ip("127.0.0.1"), ip("::1"), ip("10.0.0.5")], by_socket: false };
         assert!(is_node(at("127.0.0.1"), &nodes));
         assert!(is_node(at("::ffff:10.0.0.5"), &nodes));
         assert!(is_node(at("::1"), &nodes));
         assert!(!is_node(at("10.0.0.6"), &nodes));
         assert!(!is_node(Origin::Local, &nodes));
-        assert!(!is_node(at("127.0.0.1"), &[]));
+        assert!(!is_node(at("127.0.0.1"), &Nodes::default()));
+        assert!(is_node(Origin::Local, &Nodes { addresses: vec![], by_socket: true }));
+        // A node on a loopback address is reached from 127.0.0.1.
+        let hosts = Nodes { addresses: vec![ip("127.0.1.1")], by_socket: false };
+        assert!(is_node(at("127.0.0.1"), &hosts));
+        assert!(is_node(at("::1"), &hosts));
+        assert!(!is_node(at("10.0.0.1"), &hosts));
     }
 }
