@@ -528,6 +528,40 @@ trust_case() { # what function expected-state host
   if [ "$state" = "$3" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
   else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $3"; trust_failed=1; fi
 }
+# A session named with the global PID of an admitted holder on worker 1
+# (w1's node id, the holder's pid) sleeps outside a block: from a node's
+# address it rides on the holder (idle), as Citus's tasks from a node to
+# itself do; over a Unix socket, a peer that is not a node, it is gated
+# (active), whoever it names.
+gpid_case() { # what host expected-state
+  local nodeid hpid hold state= i name
+  nodeid=$(q w1 postgres -c "SELECT nodeid FROM pg_dist_node WHERE nodeport = ${port[w1]}")
+  PGAPPNAME=gpid-holder timeout 60 "$PSQL" -X -q -h 127.0.0.1 -p "${port[w1]}" -U app -d postgres \
+    -c "BEGIN;SELECT 1;SELECT pg_sleep(4);COMMIT" >/dev/null 2>&1 &
+  hold=$!
+  hpid=
+  for i in $(seq 1 100); do
+    hpid=$(q w1 postgres -c "SELECT pid FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                              WHERE a.application_name = 'gpid-holder' AND s.state = 'active' AND a.wait_event = 'PgSleep'")
+    [ -n "$hpid" ] && break
+    sleep 0.1
+  done
+  [ -n "$hpid" ] || { log "trust: $1: the holder was never admitted"; trust_failed=1; wait $hold; return; }
+  name="citus_internal gpid=$((nodeid * 10000000000 + hpid))"
+  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h "$2" -p "${port[w1]}" -U app -d postgres -c "SELECT pg_sleep(2)" \
+    >/dev/null 2>"$out/trust-$1.err" &
+  local pid=$!
+  for i in $(seq 1 100); do
+    state=$(q w1 postgres -c "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                               WHERE a.application_name = '$name' AND a.wait_event = 'PgSleep'")
+    [ -n "$state" ] && break
+    sleep 0.1
+  done
+  wait $pid || { log "trust: $1: the session failed: $(cat "$out/trust-$1.err")"; trust_failed=1; wait $hold; return; }
+  wait $hold
+  if [ "$state" = "$3" ]; then log "trust: $1 (the global PID of a holder, from $2): $state in gatekeeper.sessions, as expected"
+  else log "trust: $1 (the global PID of a holder, from $2): '$state' in gatekeeper.sessions, expected $3"; trust_failed=1; fi
+}
 trust_check() {
   # Created on the worker alone (Citus refuses to propagate DDL from there).
   q w1 postgres -c "SET citus.enable_ddl_propagation = off" -c "CREATE OR REPLACE FUNCTION
@@ -537,6 +571,8 @@ trust_check() {
   trust_case citus pg_catalog.assign_distributed_transaction_id idle 127.0.0.1
   trust_case socket pg_catalog.assign_distributed_transaction_id active "$root"
   trust_case lookalike public.assign_distributed_transaction_id active 127.0.0.1
+  gpid_case gpid-node 127.0.0.1 idle
+  gpid_case gpid-socket "$root" active
   # The refused peer is logged.
   if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
     log "trust: the refused peer is in worker 1's log"
@@ -577,6 +613,7 @@ loopback_check() {
     [ "$(q coord postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] && break
     sleep 0.1
   done
+  [ "$i" -lt 100 ] || log "loopback: the coordinator had not reloaded after 10 s; checking anyway"
   here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
   echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
   chmod a+r "$root/loopback.sql"

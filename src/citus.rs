@@ -24,10 +24,10 @@
 //! - a superuser session with the internal name (Citus's maintenance and
 //!   deadlock-detection connections) is not gated even with
 //!   `exempt_superusers = off`: a superuser can turn the gate off anyway.
-//! - a session with the internal name, from this host and a trusted peer,
-//!   whose global PID names a process of this node that holds an admission
-//!   or is exempt, rides on it statement by statement: Citus's shard tasks
-//!   from a node to itself (`serves_local_holder`).
+//! - a session with the internal name, from a trusted peer, whose global
+//!   PID names this node and a process of it that holds an admission or is
+//!   exempt, rides on it statement by statement: Citus's shard tasks from a
+//!   node to itself (`serves_local_holder`).
 //!
 //! The name and the call are what Citus itself trusts: Citus decides that
 //! a backend is internal from its application name alone, and grants
@@ -110,17 +110,21 @@ const GLOBAL_PID_NODE_ID_MULTIPLIER: u64 = 10_000_000_000;
 /// this same node, named with its global PID; queued, they would wait
 /// behind the holders that wait for them. They ride on that process's
 /// admission, as a distributed transaction's work rides on its
-/// (docs/DESIGN.md §14): from this host only, and a peer `citus_peers`
-/// trusts (`nodes`, or an entry naming it).
+/// (docs/DESIGN.md §14): when the global PID's node is this node, and the
+/// peer is one `citus_peers` trusts.
 pub fn serves_local_holder() -> bool {
     // The cheap test first: every admission of every session passes here.
-    // Then the peer, decided once per session from the two ends' addresses:
-    // a connection from another host is no loopback, whatever its global
-    // PID (in containers, another node's process ids are this node's too).
     let Some(gpid) = global_pid(application_name(), INTERNAL_PREFIX) else {
         return false;
     };
-    if !crate::peer::own_trusted() {
+    // Sent by this node (looked up once per session): another node's
+    // process ids may be this node's too (containers).
+    if crate::peer::local_node_id() != Some(gpid / GLOBAL_PID_NODE_ID_MULTIPLIER) {
+        return false;
+    }
+    // From a peer the setting trusts (decided once per session; it may
+    // read pg_dist_node and log).
+    if !crate::peer::trusted() {
         return false;
     }
     let Ok(pid) = i32::try_from(gpid % GLOBAL_PID_NODE_ID_MULTIPLIER) else {

@@ -55,7 +55,7 @@ pub unsafe fn admit_statement(query_id: u64, at: snapshot::Point) {
 
 /// Whether this session's transaction passes without an admission
 /// whatever it runs: an exempt session, or Citus's superuser connections
-/// between nodes. Needs a transaction (catalog lookups, once per session).
+/// between nodes. Needs a transaction (catalog lookups).
 pub fn passes_anyway() -> bool {
     session::is_exempt(session::ensure_attached()) || crate::citus::is_internal_superuser()
 }

@@ -1,6 +1,6 @@
 /*
  * This session's peer, for pg_gatekeeper.citus_peers (src/peer.rs): the
- * address PostgreSQL accepted the connection from, and the one it reached. Port is opaque to the
+ * address PostgreSQL accepted the connection from. Port is opaque to the
  * Rust bindings, and the address families are the platform's, so the
  * reading is here.
  */
@@ -13,19 +13,18 @@
 #include "miscadmin.h"
 
 /*
- * The peer's address (local = false) or the local address the connection
- * reached (local = true), by kind: 0 no client connection (a background
- * worker), 1 a Unix-domain socket, 4 IPv4 (the address in addr[0..4],
- * network order), 6 IPv6 (addr[0..16]), 2 any other family.
+ * The peer's kind: 0 no client connection (a background worker), 1 a
+ * Unix-domain socket, 4 IPv4 (the address in addr[0..4], network order),
+ * 6 IPv6 (addr[0..16]), 2 any other family.
  */
 int
-gk_peer_address(unsigned char *addr, bool local)
+gk_peer_address(unsigned char *addr)
 {
 	const struct sockaddr_storage *ss;
 
 	if (MyProcPort == NULL)
 		return 0;
-	ss = local ? &MyProcPort->laddr.addr : &MyProcPort->raddr.addr;
+	ss = &MyProcPort->raddr.addr;
 	switch (ss->ss_family)
 	{
 		case AF_UNIX:

@@ -1,19 +1,16 @@
 //! Whether this session's peer may do Citus's work between nodes without
-//! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`).
+//! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`), and
+//! which node this is, for the shard tasks a node sends to itself.
 //!
-//! Two questions, each decided once per session and again after a reload
-//! changed the setting (a connection's peer does not change):
-//! - [`trusted`]: may it open a distributed transaction's work here? This
-//!   may read `pg_dist_node` and resolve host names, so it is kept off the
-//!   path of every transaction; a refusal is decided again after
-//!   [`RETRY_REFUSAL_US`], in case it came from a name that did not
-//!   resolve or a `pg_dist_node` not synced yet.
-//! - [`own_trusted`]: is it this node's connection to itself, carrying its
-//!   own shard tasks? Decided from the two ends' addresses alone.
-//!
-//! Only sessions named as Citus's connections between nodes, doing what
-//! those do (`citus::starts_distributed_transaction`,
-//! `citus::serves_local_holder`), ever ask.
+//! [`trusted`] is decided once per session, and again after a reload that
+//! changed the setting (a connection's peer does not change): it may read
+//! `pg_dist_node` and resolve host names, so it is kept off the path of
+//! every transaction. A refusal is decided again after
+//! [`RETRY_REFUSAL_US`], in case it came from a name that did not resolve
+//! or a `pg_dist_node` not synced yet. Only sessions named as Citus's
+//! connections between nodes, doing what those do
+//! (`citus::starts_distributed_transaction`, `citus::serves_local_holder`),
+//! ever ask.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -26,9 +23,9 @@ use crate::backend_local::BackendLocal;
 use crate::gucs;
 
 unsafe extern "C" {
-    /// src/peer.c: the peer's address (or the local one), by kind: 0 no
-    /// client, 1 Unix socket, 4 IPv4, 6 IPv6, 2 other.
-    fn gk_peer_address(addr: *mut u8, local: bool) -> i32;
+    /// src/peer.c: the peer's address, by kind: 0 no client, 1 Unix
+    /// socket, 4 IPv4, 6 IPv6, 2 other.
+    fn gk_peer_address(addr: *mut u8) -> i32;
 }
 
 /// How long a refusal by [`trusted`] stands before it is decided again.
@@ -37,8 +34,8 @@ pub const RETRY_REFUSAL_US: i64 = 10_000_000;
 /// [`trusted`]'s verdict, the `citus_peers` generation it was reached
 /// under, and when.
 static TRUSTED: BackendLocal<Cell<Option<(bool, u64, i64)>>> = BackendLocal::new(Cell::new(None));
-/// [`own_trusted`]'s verdict and generation.
-static OWN: BackendLocal<Cell<Option<(bool, u64)>>> = BackendLocal::new(Cell::new(None));
+/// This node's Citus node id, once looked up (`None` inside: no Citus here).
+static LOCAL_NODE_ID: BackendLocal<Cell<Option<Option<u64>>>> = BackendLocal::new(Cell::new(None));
 /// This session has logged a refusal.
 static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 
@@ -54,7 +51,7 @@ pub fn trusted() -> bool {
         }
     }
     let list = gucs::citus_peers();
-    let from = origin(false);
+    let from = origin();
     let verdict = from.is_some_and(|o| peers::decide(&list, o, || nodes(o)));
     TRUSTED.with(|t| t.set(Some((verdict, generation, now))));
     if !verdict {
@@ -63,26 +60,30 @@ pub fn trusted() -> bool {
     verdict
 }
 
-/// Whether this session is this node's connection to itself, from a peer
-/// the setting trusts (`nodes`, which this node is one of, or an entry
-/// naming the address). A session from elsewhere is not this node's own,
-/// whatever the setting says, and is not logged.
-pub fn own_trusted() -> bool {
-    let generation = gucs::citus_peers_generation();
-    if let Some((v, g)) = OWN.with(|t| t.get()) {
-        if g == generation {
-            return v;
-        }
+/// This node's id in its Citus cluster, as Citus puts it in the global
+/// PIDs of this node's processes (`GetLocalNodeId`): the active row of
+/// `pg_dist_node` in this node's group (`pg_dist_local_group`), or Citus's
+/// id for nodes not in the metadata. `None` without Citus. Looked up once
+/// per session; needs a transaction.
+pub fn local_node_id() -> Option<u64> {
+    if let Some(id) = LOCAL_NODE_ID.with(|c| c.get()) {
+        return id;
     }
-    let from = origin(false);
-    let same_host = from.is_some_and(|o| peers::same_host(o, origin(true)));
-    let verdict = from.is_some_and(|o| peers::decide_own(&gucs::citus_peers(), o, same_host));
-    OWN.with(|t| t.set(Some((verdict, generation))));
-    if same_host && !verdict {
-        log_refusal(from);
-    }
-    verdict
+    let group = read_rows(c"pg_dist_local_group", &[c"groupid"]).into_iter().next().and_then(|mut r| r.remove(0));
+    let id = group.map(|g| {
+        read_rows(c"pg_dist_node", &[c"nodeid", c"groupid", c"isactive"])
+            .into_iter()
+            .find(|r| r[1].as_deref() == Some(g.as_str()) && r[2].as_deref() == Some("t"))
+            .and_then(|r| r[0].as_deref().and_then(|id| id.parse::<u64>().ok()))
+            .unwrap_or(NODE_ID_NOT_IN_METADATA)
+    });
+    LOCAL_NODE_ID.with(|c| c.set(Some(id)));
+    id
 }
+
+/// Citus's node id for a node missing from its own metadata
+/// (`GLOBAL_PID_NODE_ID_FOR_NODES_NOT_IN_METADATA`).
+const NODE_ID_NOT_IN_METADATA: u64 = 99_999_999;
 
 /// Say once per session, in the server log, that a peer was refused: a
 /// node whose connections come from an address `citus_peers` does not
@@ -105,14 +106,13 @@ fn log_refusal(from: Option<Origin>) {
     );
 }
 
-/// Where this session's connection comes from (`local`: the address it
-/// reached); `None` for a process with no client connection or a family
-/// the list cannot name.
-fn origin(local: bool) -> Option<Origin> {
+/// Where this session's connection comes from; `None` for a process with
+/// no client connection or a family the list cannot name.
+fn origin() -> Option<Origin> {
     let mut a = [0u8; 16];
     // SAFETY: gk_peer_address writes at most 16 bytes into `a` and reads
     // MyProcPort, which is set for the life of a client backend (or null).
-    match unsafe { gk_peer_address(a.as_mut_ptr(), local) } {
+    match unsafe { gk_peer_address(a.as_mut_ptr()) } {
         1 => Some(Origin::Local),
         4 => Some(Origin::Address(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])))),
         6 => Some(Origin::Address(IpAddr::V6(Ipv6Addr::from(a)))),
@@ -147,28 +147,42 @@ fn nodes(from: Origin) -> Nodes {
 }
 
 /// The `nodename` of every row of `pg_catalog.pg_dist_node`; none without
-/// Citus (or while it is being dropped).
+/// Citus.
 fn node_names() -> Vec<String> {
-    let mut names = vec![];
+    read_rows(c"pg_dist_node", &[c"nodename"]).into_iter().filter_map(|mut r| r.remove(0)).collect()
+}
+
+/// Every row of `pg_catalog.<table>` (one of Citus's), as the text of
+/// `columns` (each value as its type's output function writes it; `None`
+/// for NULL). No rows without the table or one of the columns (no Citus
+/// here, or while it is being dropped). Needs a transaction.
+fn read_rows(table: &CStr, columns: &[&CStr]) -> Vec<Vec<Option<String>>> {
+    let mut rows = vec![];
     // SAFETY: catalog lookups and a heap scan inside a transaction, as Citus
-    // itself reads pg_dist_node (systable_beginscan without an index, the
+    // itself reads its tables (systable_beginscan without an index, the
     // catalog snapshot). try_table_open returns null if the relation is
     // gone; it is closed here; every tuple is read while the scan holds it,
-    // and text_to_cstring returns a palloc'd copy, freed after it is copied
-    // out.
+    // and OidOutputFunctionCall returns a palloc'd string, freed after it is
+    // copied out.
     unsafe {
-        let relid = pg_sys::get_relname_relid(c"pg_dist_node".as_ptr(), Oid::from(pg_sys::PG_CATALOG_NAMESPACE));
+        let relid = pg_sys::get_relname_relid(table.as_ptr(), Oid::from(pg_sys::PG_CATALOG_NAMESPACE));
         if relid == pg_sys::InvalidOid {
-            return names;
+            return rows;
         }
-        let attnum = pg_sys::get_attnum(relid, c"nodename".as_ptr());
-        if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
-            return names;
+        let mut attrs = vec![];
+        for column in columns {
+            let attnum = pg_sys::get_attnum(relid, column.as_ptr());
+            if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
+                return rows;
+            }
+            let (mut output, mut varlena) = (pg_sys::InvalidOid, false);
+            pg_sys::getTypeOutputInfo(pg_sys::get_atttype(relid, attnum), &mut output, &mut varlena);
+            attrs.push((attnum, output));
         }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let rel = pg_sys::try_table_open(relid, lock);
         if rel.is_null() {
-            return names;
+            return rows;
         }
         let scan =
             pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, std::ptr::null_mut(), 0, std::ptr::null_mut());
@@ -177,16 +191,21 @@ fn node_names() -> Vec<String> {
             if tuple.is_null() {
                 break;
             }
-            let mut isnull = false;
-            let d = pg_sys::heap_getattr(tuple, attnum.into(), (*rel).rd_att, &mut isnull);
-            if !isnull {
-                let s = pg_sys::text_to_cstring(d.cast_mut_ptr());
-                names.push(CStr::from_ptr(s).to_string_lossy().into_owned());
-                pg_sys::pfree(s.cast());
+            let mut row = vec![];
+            for &(attnum, output) in &attrs {
+                let mut isnull = false;
+                let d = pg_sys::heap_getattr(tuple, attnum.into(), (*rel).rd_att, &mut isnull);
+                row.push((!isnull).then(|| {
+                    let s = pg_sys::OidOutputFunctionCall(output, d);
+                    let text = CStr::from_ptr(s).to_string_lossy().into_owned();
+                    pg_sys::pfree(s.cast());
+                    text
+                }));
             }
+            rows.push(row);
         }
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(rel, lock);
     }
-    names
+    rows
 }

@@ -172,34 +172,12 @@ pub fn is_node(from: Origin, nodes: &Nodes) -> bool {
     }
 }
 
-/// Whether a connection from `from`, accepted on the local address
-/// `local`, comes from this host: a Unix-domain socket, a loopback address
-/// to a loopback address, or the very address it reached (what a host's
-/// connection to its own address carries as its source).
-pub fn same_host(from: Origin, local: Option<Origin>) -> bool {
-    match (from, local) {
-        (Origin::Local, _) => true,
-        (Origin::Address(r), Some(Origin::Address(l))) => {
-            let (r, l) = (canonical(r), canonical(l));
-            r == l || (r.is_loopback() && l.is_loopback())
-        }
-        _ => false,
-    }
-}
-
-/// The verdict for a peer that opens a distributed transaction's work:
-/// trusted by an entry of the list, or, where the list names `nodes`, one
-/// of the nodes. `nodes` is called only when the entries did not decide
+/// The verdict for a peer that does Citus's work between nodes: trusted
+/// by an entry of the list, or, where the list names `nodes`, one of the
+/// nodes. `nodes` is called only when the entries did not decide
 /// (it reads the catalog and may resolve host names).
 pub fn decide(list: &Peers, from: Origin, nodes: impl FnOnce() -> Nodes) -> bool {
     list.trusts(from) || (list.names_nodes() && is_node(from, &nodes()))
-}
-
-/// The verdict for a peer that sends this node's own shard tasks (a
-/// connection from this node to itself): it must come from this host, and
-/// be trusted by an entry of the list or by `nodes` (this node is one).
-pub fn decide_own(list: &Peers, from: Origin, same_host: bool) -> bool {
-    same_host && (list.trusts(from) || list.names_nodes())
 }
 
 #[cfg(test)]
@@ -296,18 +274,6 @@ mod tests {
     }
 
     #[test]
-    fn this_host_is_told_by_the_addresses_of_both_ends() {
-        assert!(same_host(Origin::Local, None));
-        assert!(same_host(at("127.0.0.1"), Some(at("127.0.1.1"))));
-        assert!(same_host(at("::1"), Some(at("127.0.0.1"))));
-        assert!(same_host(at("10.0.0.5"), Some(at("10.0.0.5"))));
-        assert!(same_host(at("::ffff:10.0.0.5"), Some(at("10.0.0.5"))));
-        assert!(!same_host(at("10.0.0.6"), Some(at("10.0.0.5"))));
-        assert!(!same_host(at("127.0.0.1"), Some(at("10.0.0.5"))));
-        assert!(!same_host(at("10.0.0.5"), None));
-    }
-
-    #[test]
     fn the_nodes_are_looked_up_only_when_the_entries_do_not_decide() {
         let nodes = || Nodes { addresses: vec![ip("10.0.0.5")], by_socket: false };
         let never = || -> Nodes { panic!("looked up") };
@@ -321,19 +287,6 @@ mod tests {
         let list = parse("192.168.0.0/16").unwrap();
         assert!(!decide(&list, at("10.0.0.5"), never));
         assert!(!decide(&Peers::default(), Origin::Local, never));
-    }
-
-    #[test]
-    fn own_tasks_must_come_from_this_host() {
-        let nodes = parse("nodes").unwrap();
-        assert!(decide_own(&nodes, at("127.0.0.1"), true));
-        assert!(decide_own(&nodes, Origin::Local, true));
-        assert!(!decide_own(&nodes, at("10.0.0.6"), false));
-        // `*` trusts any peer, but a task from elsewhere is not this node's own.
-        assert!(!decide_own(&parse("*").unwrap(), at("10.0.0.6"), false));
-        assert!(decide_own(&parse("127.0.0.1").unwrap(), at("127.0.0.1"), true));
-        assert!(!decide_own(&parse("10.0.0.0/8").unwrap(), at("127.0.0.1"), true));
-        assert!(!decide_own(&Peers::default(), at("127.0.0.1"), true));
     }
 
     #[test]
