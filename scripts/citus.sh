@@ -512,21 +512,33 @@ run_one() { # round config workload
 # look-alike function outside the citus extension. Returns 1 when any
 # answer is wrong.
 trust_failed=0
-trust_case() { # what function expected-state host
-  local name="citus_internal gpid=10000000099" state= i
-  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h "$4" -p "${port[w1]}" -U app -d postgres -c \
-    "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT $2(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT" \
-    >/dev/null 2>"$out/trust-$1.err" &
-  local pid=$!
+# The first answer of query $1 on worker 1 that is not empty, within 10 s
+# (empty if none came).
+poll_w1() {
+  local r= i
   for i in $(seq 1 100); do
-    state=$(q w1 postgres -c "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
-                               WHERE a.application_name = '$name' AND a.wait_event = 'PgSleep'")
-    [ -n "$state" ] && break
+    r=$(q w1 postgres -c "$1")
+    [ -n "$r" ] && break
     sleep 0.1
   done
+  printf '%s' "$r"
+}
+# A session of app on worker 1, named $name and connected to $host, runs
+# $sql, which sleeps: the state gatekeeper.sessions shows for it while it
+# sleeps must be $expected.
+session_case() { # what label name host sql expected
+  PGAPPNAME=$3 timeout 60 "$PSQL" -X -q -h "$4" -p "${port[w1]}" -U app -d postgres -c "$5" \
+    >/dev/null 2>"$out/trust-$1.err" &
+  local pid=$! state
+  state=$(poll_w1 "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                   WHERE a.application_name = '$3' AND a.wait_event = 'PgSleep'")
   wait $pid || { log "trust: $1: the session failed: $(cat "$out/trust-$1.err")"; trust_failed=1; return; }
-  if [ "$state" = "$3" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
-  else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $3"; trust_failed=1; fi
+  if [ "$state" = "$6" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
+  else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $6"; trust_failed=1; fi
+}
+trust_case() { # what function expected-state host
+  session_case "$1" "$2" "citus_internal gpid=10000000099" "$4" \
+    "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT $2(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT" "$3"
 }
 # A session named with the global PID of an admitted holder on worker 1
 # (w1's node id, the holder's pid) sleeps outside a block: from a node's
@@ -534,33 +546,17 @@ trust_case() { # what function expected-state host
 # itself do; over a Unix socket, a peer that is not a node, it is gated
 # (active), whoever it names.
 gpid_case() { # what host expected-state
-  local nodeid hpid hold state= i name
+  local nodeid hpid hold
   nodeid=$(q w1 postgres -c "SELECT nodeid FROM pg_dist_node WHERE nodeport = ${port[w1]}")
   PGAPPNAME=gpid-holder timeout 60 "$PSQL" -X -q -h 127.0.0.1 -p "${port[w1]}" -U app -d postgres \
     -c "BEGIN;SELECT 1;SELECT pg_sleep(4);COMMIT" >/dev/null 2>&1 &
   hold=$!
-  hpid=
-  for i in $(seq 1 100); do
-    hpid=$(q w1 postgres -c "SELECT pid FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
-                              WHERE a.application_name = 'gpid-holder' AND s.state = 'active' AND a.wait_event = 'PgSleep'")
-    [ -n "$hpid" ] && break
-    sleep 0.1
-  done
-  [ -n "$hpid" ] || { log "trust: $1: the holder was never admitted"; trust_failed=1; wait $hold; return; }
-  name="citus_internal gpid=$((nodeid * 10000000000 + hpid))"
-  PGAPPNAME=$name timeout 60 "$PSQL" -X -q -h "$2" -p "${port[w1]}" -U app -d postgres -c "SELECT pg_sleep(2)" \
-    >/dev/null 2>"$out/trust-$1.err" &
-  local pid=$!
-  for i in $(seq 1 100); do
-    state=$(q w1 postgres -c "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
-                               WHERE a.application_name = '$name' AND a.wait_event = 'PgSleep'")
-    [ -n "$state" ] && break
-    sleep 0.1
-  done
-  wait $pid || { log "trust: $1: the session failed: $(cat "$out/trust-$1.err")"; trust_failed=1; wait $hold; return; }
+  hpid=$(poll_w1 "SELECT pid FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                  WHERE a.application_name = 'gpid-holder' AND s.state = 'active' AND a.wait_event = 'PgSleep'")
+  if [ -z "$hpid" ]; then log "trust: $1: the holder was never admitted"; trust_failed=1
+  else session_case "$1" "the global PID of a holder, from $2" "citus_internal gpid=$((nodeid * 10000000000 + hpid))" \
+    "$2" "SELECT pg_sleep(2)" "$3"; fi
   wait $hold
-  if [ "$state" = "$3" ]; then log "trust: $1 (the global PID of a holder, from $2): $state in gatekeeper.sessions, as expected"
-  else log "trust: $1 (the global PID of a holder, from $2): '$state' in gatekeeper.sessions, expected $3"; trust_failed=1; fi
 }
 trust_check() {
   # Created on the worker alone (Citus refuses to propagate DDL from there).
