@@ -19,14 +19,17 @@
 # sessions: each ended one TPC-B transaction, so it holds Citus's
 # connections into the workers); rate-R-C (TPC-B at C clients held to R
 # transactions a second in all, pgbench --rate: what a transaction costs
-# when its session's backends sat idle between turns).
+# when its session's backends sat idle between turns); select-N (pgbench's
+# select-only: single-shard reads, each outside a block); multi-N (a
+# multi-shard count over pgbench_accounts, outside a block).
 # A run hangs when it has not finished within duration + --hang-after s:
 # the gate's views and pg_stat_activity are recorded on every node, the
 # clients are killed, and the cluster is restarted if it stays stuck.
 # Results: bench/results/citus-<date>/ (results.csv, summary.md by
 # bench/citus_report.py, run.log, runs/: each run's output and the views).
 # With the defaults configuration, round 1 also checks what passes the
-# gate on a worker (trust_check below).
+# gate on a worker (trust_check below), the coordinator's shard tasks to
+# itself (loopback_check) and clients on both workers (mx_check).
 # Exit status 1 if any run hung or failed to run, or the trust check failed.
 #
 #   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
@@ -55,13 +58,13 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift ;;
     --pg) PG_MAJOR=$2; shift ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 for wl in $workloads; do
-  [[ $wl =~ ^(tpcb|explicit|hot)-[0-9]+$ || $wl =~ ^(idle|rate)-[0-9]+-[0-9]+$ || $wl = mixed || $wl = index ]] ||
+  [[ $wl =~ ^(tpcb|explicit|hot|select|multi)-[0-9]+$ || $wl =~ ^(idle|rate)-[0-9]+-[0-9]+$ || $wl = mixed || $wl = index ]] ||
     { echo "unknown workload $wl (--help lists them)" >&2; exit 2; }
 done
 [ "$(id -u)" = 0 ] || { echo "run as root (servers run as postgres)" >&2; exit 2; }
@@ -146,14 +149,19 @@ trap 'exit 130' INT TERM
 # coordinator;
 # any of them with -ptMS appended sets progress_timeout to MS ms, with -cmN
 # the coordinator's max_active to N (e.g. defaults-cm32), with -whMS the
-# coordinator's warm_hand_off to MS ms (e.g. defaults-wh1000).
+# coordinator's warm_hand_off to MS ms (e.g. defaults-wh1000), with -np
+# citus_peers to '' on the workers (they trust no peer: every connection
+# from the coordinator is gated there, as the statements Citus sent outside
+# a distributed transaction were before 0.5.0; for select-N and multi-N,
+# which send only such statements).
 set_config() { # config
-  local base=${1%%-*} pt= cm= wh= opt
+  local base=${1%%-*} pt= cm= wh= np= opt
   for opt in $(echo "${1#"$base"}" | tr '-' ' '); do
     case $opt in
       pt*) pt=${opt#pt} ;;
       cm*) cm=${opt#cm} ;;
       wh*) wh=${opt#wh} ;;
+      np) np=1 ;;
       *) echo "unknown configuration option -$opt" >&2; return 1 ;;
     esac
   done
@@ -173,6 +181,7 @@ set_config() { # config
       [ -z "$pt" ] || echo "pg_gatekeeper.progress_timeout = '${pt}ms'"
       [ -z "$cm" ] || [ "$n" != coord ] || echo "pg_gatekeeper.max_active = $cm"
       [ -z "$wh" ] || [ "$n" != coord ] || echo "pg_gatekeeper.warm_hand_off = '${wh}ms'"
+      [ -z "$np" ] || [ "$n" = coord ] || echo "pg_gatekeeper.citus_peers = ''"
     } >"$root/$n/gate.conf"
     chown postgres: "$root/$n/gate.conf"
   done
@@ -297,6 +306,7 @@ UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
 END;
 \sleep 2000 s
 EOF
+echo "SELECT count(*) FROM pgbench_accounts WHERE abalance <> 0;" >"$wdir/multi.sql"
 cat >"$wdir/msupdate.sql" <<'EOF'
 \set r random(0, 9)
 UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid % 10 = :r;
@@ -408,6 +418,8 @@ run_one() { # round config workload
     tpcb-*) clients=${wl#tpcb-}; pgbench_run main "$clients" ;;
     explicit-*) clients=${wl#explicit-}; pgbench_run main "$clients" -f "$wdir/explicit.sql" -D npairs="$npairs" ;;
     hot-*) clients=${wl#hot-}; pgbench_run main "$clients" -f "$wdir/hot.sql" -D nhot="$nhot" ;;
+    select-*) clients=${wl#select-}; pgbench_run main "$clients" -S ;;
+    multi-*) clients=${wl#multi-}; pgbench_run main "$clients" -f "$wdir/multi.sql" ;;
     mixed) clients=32
       pgbench_run main 32
       pgbench_run msupdate 1 -f "$wdir/msupdate.sql"
@@ -502,15 +514,15 @@ run_one() { # round config workload
 }
 
 # -- what passes on a worker -------------------------------------------------------
-# A session named like Citus's connections opens a block the way Citus does
-# on worker 1 and sleeps in it; its state in gatekeeper.sessions says
-# whether the gate admitted it (active: gated) or let it ride (idle).
-# Citus's own assign_distributed_transaction_id rides when the session
-# comes from a node's address (127.0.0.1, where every node is registered;
-# pg_gatekeeper.citus_peers = 'nodes', the default); the same over a
-# Unix-domain socket, a peer that is not a node, is gated, and so is a
-# look-alike function outside the citus extension. Returns 1 when any
-# answer is wrong.
+# A session named like Citus's connections (citus_internal gpid=N) on
+# worker 1 sleeps, in a block opened the way Citus opens a distributed
+# transaction's, or in a statement outside a block, the way Citus sends a
+# shard task; its state in gatekeeper.sessions says whether the gate
+# admitted it (active: gated) or let it ride (idle). Both ride when the
+# session comes from a node's address (127.0.0.1, where every node is
+# registered; pg_gatekeeper.citus_peers = 'nodes', the default); the same
+# over a Unix-domain socket, a peer that is not a node, are gated, and the
+# refused peer is logged. Returns 1 when any answer is wrong.
 trust_failed=0
 # The first answer of query $1 on worker 1 that is not empty, within 10 s
 # (empty if none came).
@@ -536,45 +548,16 @@ session_case() { # what label name host sql expected
   if [ "$state" = "$6" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
   else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $6"; trust_failed=1; fi
 }
-trust_case() { # what function expected-state host
-  session_case "$1" "$2" "citus_internal gpid=10000000099" "$4" \
-    "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT $2(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT" "$3"
-}
-# A session named with the global PID of an admitted holder on worker 1
-# (w1's node id, the holder's pid) sleeps outside a block: from a node's
-# address it rides on the holder (idle), as Citus's tasks from a node to
-# itself do; over a Unix socket, a peer that is not a node, it is gated
-# (active), whoever it names.
-gpid_case() { # what host expected-state
-  local nodeid hpid hold
-  nodeid=$(q w1 postgres -c "SELECT nodeid FROM pg_dist_node WHERE nodeport = ${port[w1]}")
-  PGAPPNAME=gpid-holder timeout 60 "$PSQL" -X -q -h 127.0.0.1 -p "${port[w1]}" -U app -d postgres \
-    -c "BEGIN;SELECT 1;SELECT pg_sleep(4);COMMIT" >/dev/null 2>&1 &
-  hold=$!
-  hpid=$(poll_w1 "SELECT pid FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
-                  WHERE a.application_name = 'gpid-holder' AND s.state = 'active' AND a.wait_event = 'PgSleep'")
-  if [ -z "$hpid" ]; then log "trust: $1: the holder was never admitted"; trust_failed=1
-  else session_case "$1" "the global PID of a holder, from $2" "citus_internal gpid=$((nodeid * 10000000000 + hpid))" \
-    "$2" "SELECT pg_sleep(2)" "$3"; fi
-  wait $hold
-}
 trust_check() {
-  # Created on the worker alone (Citus refuses to propagate DDL from there).
-  q w1 postgres -c "SET citus.enable_ddl_propagation = off" -c "CREATE OR REPLACE FUNCTION
-      public.assign_distributed_transaction_id(int, bigint, timestamptz) RETURNS void LANGUAGE sql AS 'SELECT NULL::void'" \
-    -c "GRANT EXECUTE ON FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz) TO app" >"$out/trust-setup.log" 2>&1 ||
-    { log "trust: could not create the look-alike function: $(cat "$out/trust-setup.log")"; trust_failed=1; return; }
-  trust_case citus pg_catalog.assign_distributed_transaction_id idle 127.0.0.1
-  trust_case socket pg_catalog.assign_distributed_transaction_id active "$root"
-  trust_case lookalike public.assign_distributed_transaction_id active 127.0.0.1
-  gpid_case gpid-node 127.0.0.1 idle
-  gpid_case gpid-socket "$root" active
+  local block="BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT assign_distributed_transaction_id(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT"
+  session_case citus "a distributed transaction's block, from 127.0.0.1" "citus_internal gpid=10000000099" 127.0.0.1 "$block" idle
+  session_case socket "the same block, over a Unix socket" "citus_internal gpid=10000000099" "$root" "$block" active
+  session_case task "a statement outside a block, from 127.0.0.1" "citus_internal gpid=20000000098" 127.0.0.1 "SELECT pg_sleep(2)" idle
+  session_case task-socket "the same statement, over a Unix socket" "citus_internal gpid=20000000098" "$root" "SELECT pg_sleep(2)" active
   # The refused peer is logged.
   if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
     log "trust: the refused peer is in worker 1's log"
   else log "trust: worker 1's log does not name the refused peer"; trust_failed=1; fi
-  q w1 postgres -c "SET citus.enable_ddl_propagation = off" \
-    -c "DROP FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)" >/dev/null
 }
 
 # -- loopback shard tasks on the coordinator ------------------------------------
@@ -628,6 +611,65 @@ loopback_check() {
   else log "loopback: $clients client waits, $conns task connections, no task waited ($here of 12 shards on the coordinator), as expected"; fi
 }
 
+# -- clients on both workers ---------------------------------------------------------
+# Citus syncs its metadata to the workers, so clients may query any node.
+# A multi-shard read outside a block on one worker sends tasks to the other
+# over connections named citus_internal gpid=<the holder's>, from that
+# node's address. They ride on the admission of the holder they serve:
+# with both workers' gates full (max_active 2, 8 clients on each), none of
+# them may wait in a queue, while clients do. Gated, the two workers'
+# holders each waited for tasks queued behind the other's. Returns 1
+# (trust_failed) when a task waited, or the check proved nothing (no task
+# connection, no client wait), or the reads did not finish.
+mx_check() {
+  local setup=(-c "CREATE TABLE mx (id int PRIMARY KEY, v int)"
+    -c "SELECT create_distributed_table('mx', 'id', shard_count => 12)"
+    -c "INSERT INTO mx SELECT g, g FROM generate_series(1, 10000) g" -c "GRANT SELECT ON mx TO app")
+  local set=(-c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2"
+    -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()")
+  local undo=(-c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active"
+    -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()")
+  local n i rc=0 tasks=0 clients=0 conns=0 pids=()
+  declare -A off
+  if ! q coord postgres "${setup[@]}" >"$out/mx-setup.log" 2>&1; then
+    log "mx: setup failed: $(tail -3 "$out/mx-setup.log")"; trust_failed=1
+    q coord postgres -c "DROP TABLE IF EXISTS mx" >/dev/null 2>&1; return
+  fi
+  for n in w1 w2; do
+    off[$n]=$(log_size "$n")
+    q "$n" postgres "${set[@]}" >>"$out/mx-setup.log" 2>&1
+  done
+  for n in w1 w2; do
+    for i in $(seq 1 100); do
+      [ "$(q "$n" postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] && break
+      sleep 0.1
+    done
+    [ "$i" -lt 100 ] || log "mx: $n had not reloaded after 10 s; checking anyway"
+  done
+  echo "SELECT count(*) FROM mx WHERE v >= 0;" >"$root/mx.sql"
+  chmod a+r "$root/mx.sql"
+  local t0=$SECONDS
+  for n in w1 w2; do
+    timeout 120 "$PGBENCH" -n -f "$root/mx.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[$n]}" -U app postgres \
+      >"$out/mx-pgbench-$n.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  local took=$((SECONDS - t0))
+  for n in w1 w2; do q "$n" postgres "${undo[@]}" >/dev/null 2>&1; done
+  q coord postgres -c "DROP TABLE IF EXISTS mx" >/dev/null 2>&1
+  for n in w1 w2; do
+    tasks=$((tasks + $(log_count "$n" "${off[$n]}" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")))
+    clients=$((clients + $(log_count "$n" "${off[$n]}" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")))
+    conns=$((conns + $(log_count "$n" "${off[$n]}" "connection authorized: user=app database=postgres application_name=citus_internal gpid=")))
+  done
+  if [ $rc != 0 ]; then log "mx: the reads failed or did not finish in 120 s (exit $rc)"; trust_failed=1
+  elif [ "$tasks" != 0 ]; then log "mx: $tasks shard tasks waited in a queue (the reads took $took s)"; trust_failed=1
+  elif [ "$conns" = 0 ]; then log "mx: no shard task came over a connection: nothing was checked"; trust_failed=1
+  elif [ "$clients" = 0 ]; then log "mx: no client waited: the workers' gates never filled"; trust_failed=1
+  else log "mx: 320 reads in $took s: $clients client waits, $conns task connections, no task waited, as expected"; fi
+}
+
 # -- summary ---------------------------------------------------------------------
 # The results name no machine path: the cluster's temporary directory
 # becomes <cluster>, and paths inside the repository become relative.
@@ -645,7 +687,7 @@ summary() {
 - PostgreSQL $pg_version; $citus_full (extension $citus_version); pg_gatekeeper $(grep -m1 default_version "$("$PG_CONFIG" --sharedir)/extension/pg_gatekeeper.control" | cut -d"'" -f2) as installed in PostgreSQL $PG_MAJOR (repository at $(git rev-parse --short HEAD 2>/dev/null))
 - Durable commits: synchronous_commit = on, fsync = on (PostgreSQL's defaults); max_connections coordinator 300, workers 400; max_prepared_transactions the same
 - pgbench_accounts shards per worker port: $shards; the explicit transactions update 2 accounts on different workers, in random order ($npairs pairs); the hot transactions update 2 of the first 10 tellers on different workers, in random order ($nhot ordered pairs)
-- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator; -whMS = warm_hand_off MS ms on the coordinator
+- Configurations: nogate = Citus alone (pg_gatekeeper not preloaded); defaults = the gate at its defaults on every node; small = max_active 4 on the coordinator, 2 on the workers; coordonly = the gate on the coordinator only (max_active 4, max_tickets 4: no lending), app exempt on the workers (exempt_roles); workersonly = the gate at its defaults on the workers only; -ptMS = progress_timeout MS ms; -cmN = max_active N on the coordinator; -whMS = warm_hand_off MS ms on the coordinator; -np = citus_peers '' on the workers (every connection from the coordinator gated there)
 - Clients: the non-superuser app through the coordinator; pgbench -n -j 2 --max-tries=10 -T $duration; rounds rotate the order of the configurations
 EOF
   python3 bench/citus_report.py "$out"
@@ -665,7 +707,7 @@ for round in $(seq 1 "$rounds"); do
     for wl in $workloads; do
       run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
     done
-    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; loopback_check; fi
+    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; loopback_check; mx_check; fi
   done
   summary
   log "round $round done: ${out#"$repo/"}/summary.md"

@@ -62,7 +62,7 @@ pub fn passes_anyway() -> bool {
 
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
-    if passes_anyway() || crate::citus::serves_local_holder() {
+    if passes_anyway() || crate::citus::rides() {
         // Decided once per transaction: a reload that ends the exemption
         // takes effect at the next transaction, never mid-way.
         session::pass_this_transaction();

@@ -31,7 +31,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::{citus, compat, gate, gucs, monitor, session, snapshot};
+use crate::{compat, gate, gucs, monitor, session, snapshot};
 
 unsafe extern "C" {
     /// Saves the previous hooks and installs the C entry points; it only
@@ -75,26 +75,9 @@ unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) -> bool
     if unsafe { monitor::is_monitoring_query(parse) } {
         return true;
     }
-    // SAFETY: as above.
-    unsafe { admit_query(parse) };
+    // SAFETY: as above, from the planner hook.
+    unsafe { gate::admit_statement(compat::query_id((*parse).queryId), snapshot::Point::Planner) };
     false
-}
-
-/// Admit the transaction of an analysed query, unless the query starts a
-/// Citus distributed transaction's work here (see `citus`): that rides on
-/// the distributed transaction's admission.
-///
-/// SAFETY: `query` must be a valid analysed Query.
-unsafe fn admit_query(query: *mut pg_sys::Query) {
-    // Exemption first, as in `gate::admit_statement`: an exempt session
-    // never looks Citus's peers up (nor is logged as refused).
-    // SAFETY: per the caller.
-    if !gate::passes_anyway() && unsafe { citus::starts_distributed_transaction(query) } {
-        session::pass_this_transaction();
-    } else {
-        // SAFETY: per the caller, from the planner hook.
-        unsafe { gate::admit_statement(compat::query_id((*query).queryId), snapshot::Point::Planner) };
-    }
 }
 
 /// Before the executor starts (every execution, prepared ones included).

@@ -1,6 +1,5 @@
 //! Whether this session's peer may do Citus's work between nodes without
-//! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`), and
-//! which node this is, for the shard tasks a node sends to itself.
+//! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`).
 //!
 //! [`trusted`] is decided once per session, and again after a reload that
 //! changed the setting (a connection's peer does not change): it may read
@@ -8,9 +7,8 @@
 //! every transaction. A refusal is decided again after
 //! [`RETRY_REFUSAL_US`], in case it came from a name that did not resolve
 //! or a `pg_dist_node` not synced yet. Only sessions named as Citus's
-//! connections between nodes, doing what those do
-//! (`citus::starts_distributed_transaction`, `citus::serves_local_holder`),
-//! ever ask.
+//! connections between nodes (`citus::rides`) ever ask, and never an
+//! exempt one.
 
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -34,13 +32,11 @@ pub const RETRY_REFUSAL_US: i64 = 10_000_000;
 /// [`trusted`]'s verdict, the `citus_peers` generation it was reached
 /// under, and when.
 static TRUSTED: BackendLocal<Cell<Option<(bool, u64, i64)>>> = BackendLocal::new(Cell::new(None));
-/// This node's Citus node id, once looked up (`None` inside: no Citus here).
-static LOCAL_NODE_ID: BackendLocal<Cell<Option<Option<u64>>>> = BackendLocal::new(Cell::new(None));
 /// This session has logged a refusal.
 static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 
-/// Whether this session's peer may open a distributed transaction's work
-/// here. Needs a transaction (the `nodes` entry reads `pg_dist_node`).
+/// Whether this session's peer may do Citus's work between nodes here
+/// without the gate. Needs a transaction (the `nodes` entry reads `pg_dist_node`).
 /// Called with no borrow held and nothing half done: it may log.
 pub fn trusted() -> bool {
     let generation = gucs::citus_peers_generation();
@@ -60,31 +56,6 @@ pub fn trusted() -> bool {
     verdict
 }
 
-/// This node's id in its Citus cluster, as Citus puts it in the global
-/// PIDs of this node's processes (`GetLocalNodeId`): the active row of
-/// `pg_dist_node` in this node's group (`pg_dist_local_group`), or Citus's
-/// id for nodes not in the metadata. `None` without Citus. Looked up once
-/// per session; needs a transaction.
-pub fn local_node_id() -> Option<u64> {
-    if let Some(id) = LOCAL_NODE_ID.with(|c| c.get()) {
-        return id;
-    }
-    let group = read_rows(c"pg_dist_local_group", &[c"groupid"]).into_iter().next().and_then(|mut r| r.remove(0));
-    let id = group.map(|g| {
-        read_rows(c"pg_dist_node", &[c"nodeid", c"groupid", c"isactive"])
-            .into_iter()
-            .find(|r| r[1].as_deref() == Some(g.as_str()) && r[2].as_deref() == Some("t"))
-            .and_then(|r| r[0].as_deref().and_then(|id| id.parse::<u64>().ok()))
-            .unwrap_or(NODE_ID_NOT_IN_METADATA)
-    });
-    LOCAL_NODE_ID.with(|c| c.set(Some(id)));
-    id
-}
-
-/// Citus's node id for a node missing from its own metadata
-/// (`GLOBAL_PID_NODE_ID_FOR_NODES_NOT_IN_METADATA`).
-const NODE_ID_NOT_IN_METADATA: u64 = 99_999_999;
-
 /// Say once per session, in the server log, that a peer was refused: a
 /// node whose connections come from an address `citus_peers` does not
 /// cover has its work gated here, queued behind the work it serves, and
@@ -100,7 +71,7 @@ fn log_refusal(from: Option<Origin>) {
         Some(Origin::Address(ip)) => ip.to_string(),
     };
     pgrx::log!(
-        "pg_gatekeeper: process {} works as Citus's connections between nodes do, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
+        "pg_gatekeeper: process {} is named as Citus's connections between nodes are, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
         // SAFETY: MyProcPid is set at process start.
         unsafe { pg_sys::MyProcPid }
     );

@@ -1,10 +1,11 @@
-//! The `citus_internal` application name proves nothing: Citus
+//! The `citus_internal` application name proves nothing by itself: Citus
 //! tags its connections between nodes with `application_name =
 //! 'citus_internal gpid=N'`, but any client can set that name. A client
-//! that does is gated like any other, and so is one that also calls a
-//! function named like Citus's `assign_distributed_transaction_id` that is
-//! not the `citus` extension's. No Citus is needed for this; the Citus
-//! cluster test (scripts/citus.sh) covers Citus's own connections.
+//! that does is gated like any other unless its peer is one that
+//! `pg_gatekeeper.citus_peers` trusts (by default the nodes in
+//! `pg_dist_node`, of which there are none without Citus). No Citus is
+//! needed for this; the Citus cluster test (scripts/citus.sh) covers
+//! Citus's own connections.
 //!
 //! One place, no lending (`max_active = 1`, `max_tickets = 1`) and the
 //! progress guarantee pushed out of the way (`progress_timeout = 1h`), so
@@ -52,28 +53,47 @@ fn a_client_named_citus_internal_is_gated_like_any_client() {
     c.assert_quiet();
 }
 
+/// From a peer that `citus_peers` trusts (here `local`: the tests connect
+/// over a Unix-domain socket), a session named as Citus's connections are
+/// rides whatever it runs, a block or a statement outside one (as Citus's
+/// shard tasks do), while the gate is full. Any other name is gated as
+/// ever; and once a reload takes the peer off the list, the name is gated
+/// too, in a session that rode before the reload as in a new one.
 #[test]
-fn a_lookalike_of_citus_transaction_id_assignment_is_gated() {
-    let c = Cluster::start(CONF);
-    c.admin_exec(
-        "CREATE FUNCTION public.assign_distributed_transaction_id(int, bigint, timestamptz)
-           RETURNS void LANGUAGE sql AS 'SELECT NULL::void'",
-    );
+fn a_session_named_as_citus_rides_only_from_a_trusted_peer() {
+    let mut conf = CONF.to_vec();
+    conf.push(("pg_gatekeeper.citus_peers", "local"));
+    let c = Cluster::start(&conf);
     let mut h = c.app("holder");
     h.ok("BEGIN");
     h.ok("SELECT 1");
 
-    // Citus's own opening of a distributed transaction on a worker, word for word.
-    let spoof = c.app("citus_internal gpid=10000000003").spawn(
-        "BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;
-         SELECT assign_distributed_transaction_id(1, 7, '2026-11-25 00:00:00+00');
-         SELECT 1; COMMIT",
-    );
-    assert_eq!(c.wait_queued("citus_internal gpid=10000000003"), 1);
-    assert_stays_queued(&c, &spoof, Duration::from_millis(300));
+    let task = c.app("citus_internal gpid=10000000003").spawn("SELECT 1").join_ok(Duration::from_secs(5));
+    assert!(task.elapsed < Duration::from_secs(2), "waited {:?}", task.elapsed);
+    let block = c.app("citus_internal gpid=20000000003").spawn("BEGIN; SELECT 1; SELECT 2; COMMIT");
+    let done = block.join_ok(Duration::from_secs(5));
+    assert!(done.elapsed < Duration::from_secs(2), "waited {:?}", done.elapsed);
+    let client = c.app("client").spawn("SELECT 1");
+    assert_eq!(c.wait_queued("client"), 1);
+    assert_stays_queued(&c, &client, Duration::from_millis(300));
+
+    // Opened while the peer is trusted, asked again after the reload.
+    let mut before = c.app("citus_internal gpid=10000000004");
+    before.ok("SELECT 1");
+    c.set_conf(&[("pg_gatekeeper.citus_peers", "")]);
+    let before = before.spawn("SELECT 1");
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000004"), 2);
+    let after = c.app("citus_internal gpid=10000000005").spawn("SELECT 1");
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000005"), 3);
+    assert_stays_queued(&c, &after, Duration::from_millis(300));
+
     h.ok("COMMIT");
-    spoof.join_ok(Duration::from_secs(5));
-    assert_eq!(c.status().int("overflow_total"), 0);
+    for r in [client, before, after] {
+        r.join_ok(Duration::from_secs(5));
+    }
+    let s = c.status();
+    assert_eq!((s.int("waited_total"), s.int("overflow_total")), (3, 0), "{:?}", s.0);
+    assert!(c.log_text().contains("its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers"));
     c.assert_quiet();
 }
 

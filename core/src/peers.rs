@@ -1,10 +1,11 @@
-//! `pg_gatekeeper.citus_peers`: which peers may open Citus's internal
-//! transactions on this node without the gate.
+//! `pg_gatekeeper.citus_peers`: which peers may do Citus's work between
+//! nodes on this node without the gate.
 //!
-//! A transaction that Citus opens on a node for a distributed transaction
-//! rides on that transaction's admission (docs/DESIGN.md §14). Citus marks
-//! such connections by their application name alone, which any client can
-//! set; the peer's address is what a client cannot choose. The setting
+//! The connections Citus opens between nodes serve work already admitted
+//! where its client connected, and ride on that admission
+//! (docs/DESIGN.md §14). Citus marks such connections by their application
+//! name alone, which any client can set; the peer's address is what a
+//! client cannot choose. The setting
 //! lists the peers trusted with that form, pg_hba.conf style:
 //! - `nodes`: the addresses of the nodes in this database's `pg_dist_node`;
 //! - `local`: connections over a Unix-domain socket;
