@@ -588,11 +588,13 @@ loopback_check() {
     q coord postgres "${undo[@]}" >/dev/null 2>&1; return
   fi
   # New sessions see the reloaded settings once the postmaster has read them.
+  local reloaded=no
   for i in $(seq 1 100); do
-    [ "$(q coord postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] && break
+    [ "$(q coord postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] &&
+      { reloaded=yes; break; }
     sleep 0.1
   done
-  [ "$i" -lt 100 ] || log "loopback: the coordinator had not reloaded after 10 s; checking anyway"
+  [ $reloaded = yes ] || log "loopback: the coordinator had not reloaded after 10 s; checking anyway"
   here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
   echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
   chmod a+r "$root/loopback.sql"
@@ -637,14 +639,17 @@ mx_check() {
   fi
   for n in w1 w2; do
     off[$n]=$(log_size "$n")
-    q "$n" postgres "${set[@]}" >>"$out/mx-setup.log" 2>&1
+    q "$n" postgres "${set[@]}" >>"$out/mx-setup.log" 2>&1 ||
+      { log "mx: could not set $n up: $(tail -3 "$out/mx-setup.log")"; trust_failed=1; }
   done
   for n in w1 w2; do
+    local reloaded=no
     for i in $(seq 1 100); do
-      [ "$(q "$n" postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] && break
+      [ "$(q "$n" postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] &&
+        { reloaded=yes; break; }
       sleep 0.1
     done
-    [ "$i" -lt 100 ] || log "mx: $n had not reloaded after 10 s; checking anyway"
+    [ $reloaded = yes ] || log "mx: $n had not reloaded after 10 s; checking anyway"
   done
   echo "SELECT count(*) FROM mx WHERE v >= 0;" >"$root/mx.sql"
   chmod a+r "$root/mx.sql"

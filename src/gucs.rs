@@ -44,7 +44,7 @@ static MAX_QUEUED: GucSetting<i32> = GucSetting::<i32>::new(0);
 static EXEMPT_SUPERUSERS: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// Comma-separated roles whose members are never gated.
 static EXEMPT_ROLES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c""));
-/// The peers trusted with Citus's internal transactions (`gatekeeper_core::peers`).
+/// The peers trusted with Citus's connections between nodes (`gatekeeper_core::peers`).
 static CITUS_PEERS: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(Some(c"nodes"));
 /// How often a parked session checks that its client is still there, in ms; 0 = never.
 static CLIENT_CHECK_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(1000);
@@ -294,7 +294,7 @@ pub fn init() {
         );
         GucRegistry::define_string_guc_with_hooks(
             c"pg_gatekeeper.citus_peers",
-            c"Peers whose connections may open Citus's internal transactions without the gate.",
+            c"Peers whose connections named as Citus's (citus_internal gpid=N) ride without the gate.",
             c"A comma-separated list of nodes (the addresses in pg_dist_node), local (Unix-domain sockets), * (any peer), \
               IP addresses and CIDR ranges. Other connections that look like Citus's are gated like any client's.",
             &CITUS_PEERS,
@@ -498,7 +498,7 @@ fn bump_exemption_generation() {
     EXEMPTION_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
 }
 
-/// The peers trusted with Citus's internal transactions. Allocates; call it
+/// The peers trusted with Citus's connections between nodes. Allocates; call it
 /// only when a session's trust must be decided again.
 pub fn citus_peers() -> peers::Peers {
     CITUS_PEERS.get().and_then(|s| peers::parse(&s.to_string_lossy()).ok()).unwrap_or_default()

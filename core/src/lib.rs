@@ -17,8 +17,8 @@
 //!   CPU clock.
 //! - [`cpus`]: parsing CPU affinity and cgroup quotas into effective CPUs.
 //! - [`history`]: the fixed-size ring of periodic samples.
-//! - [`peers`]: which peers may open Citus's internal transactions
-//!   without the gate (`citus_peers`).
+//! - [`peers`]: which peers' connections named as Citus's ride without
+//!   the gate (`citus_peers`).
 //! - [`progress`]: the progress guarantee: when a stuck queue's head is
 //!   admitted over the limit.
 //! - [`shapes`]: query shapes and the long lane they are routed to.
