@@ -5,8 +5,8 @@
 //! where its client connected, and ride on that admission
 //! (docs/DESIGN.md §14). Citus marks such connections by their application
 //! name alone, which any client can set; the peer's address is what a
-//! client cannot choose. The setting
-//! lists the peers trusted with that form, pg_hba.conf style:
+//! client cannot choose. The setting lists the peers trusted with that
+//! name, pg_hba.conf style:
 //! - `nodes`: the addresses of the nodes in this database's `pg_dist_node`;
 //! - `local`: connections over a Unix-domain socket;
 //! - `*`: any peer;
