@@ -120,15 +120,15 @@ fn nodes(from: Origin) -> Nodes {
 /// The `nodename` of every row of `pg_catalog.pg_dist_node`; none without
 /// Citus.
 fn node_names() -> Vec<String> {
-    read_rows(c"pg_dist_node", &[c"nodename"]).into_iter().filter_map(|mut r| r.remove(0)).collect()
+    column_values(c"pg_dist_node", c"nodename")
 }
 
-/// Every row of `pg_catalog.<table>` (one of Citus's), as the text of
-/// `columns` (each value as its type's output function writes it; `None`
-/// for NULL). No rows without the table or one of the columns (no Citus
-/// here, or while it is being dropped). Needs a transaction.
-fn read_rows(table: &CStr, columns: &[&CStr]) -> Vec<Vec<Option<String>>> {
-    let mut rows = vec![];
+/// The values of `column` in every row of `pg_catalog.<table>` (one of
+/// Citus's) that has one, as its type's output function writes them. None
+/// without the table or the column (no Citus here, or while it is being
+/// dropped). Needs a transaction.
+fn column_values(table: &CStr, column: &CStr) -> Vec<String> {
+    let mut values = vec![];
     // SAFETY: catalog lookups and a heap scan inside a transaction, as Citus
     // itself reads its tables (systable_beginscan without an index, the
     // catalog snapshot). try_table_open returns null if the relation is
@@ -138,22 +138,18 @@ fn read_rows(table: &CStr, columns: &[&CStr]) -> Vec<Vec<Option<String>>> {
     unsafe {
         let relid = pg_sys::get_relname_relid(table.as_ptr(), Oid::from(pg_sys::PG_CATALOG_NAMESPACE));
         if relid == pg_sys::InvalidOid {
-            return rows;
+            return values;
         }
-        let mut attrs = vec![];
-        for column in columns {
-            let attnum = pg_sys::get_attnum(relid, column.as_ptr());
-            if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
-                return rows;
-            }
-            let (mut output, mut varlena) = (pg_sys::InvalidOid, false);
-            pg_sys::getTypeOutputInfo(pg_sys::get_atttype(relid, attnum), &mut output, &mut varlena);
-            attrs.push((attnum, output));
+        let attnum = pg_sys::get_attnum(relid, column.as_ptr());
+        if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
+            return values;
         }
+        let (mut output, mut varlena) = (pg_sys::InvalidOid, false);
+        pg_sys::getTypeOutputInfo(pg_sys::get_atttype(relid, attnum), &mut output, &mut varlena);
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let rel = pg_sys::try_table_open(relid, lock);
         if rel.is_null() {
-            return rows;
+            return values;
         }
         let scan =
             pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, std::ptr::null_mut(), 0, std::ptr::null_mut());
@@ -162,21 +158,16 @@ fn read_rows(table: &CStr, columns: &[&CStr]) -> Vec<Vec<Option<String>>> {
             if tuple.is_null() {
                 break;
             }
-            let mut row = vec![];
-            for &(attnum, output) in &attrs {
-                let mut isnull = false;
-                let d = pg_sys::heap_getattr(tuple, attnum.into(), (*rel).rd_att, &mut isnull);
-                row.push((!isnull).then(|| {
-                    let s = pg_sys::OidOutputFunctionCall(output, d);
-                    let text = CStr::from_ptr(s).to_string_lossy().into_owned();
-                    pg_sys::pfree(s.cast());
-                    text
-                }));
+            let mut isnull = false;
+            let d = pg_sys::heap_getattr(tuple, attnum.into(), (*rel).rd_att, &mut isnull);
+            if !isnull {
+                let s = pg_sys::OidOutputFunctionCall(output, d);
+                values.push(CStr::from_ptr(s).to_string_lossy().into_owned());
+                pg_sys::pfree(s.cast());
             }
-            rows.push(row);
         }
         pg_sys::systable_endscan(scan);
         pg_sys::table_close(rel, lock);
     }
-    rows
+    values
 }
