@@ -560,6 +560,38 @@ trust_check() {
   else log "trust: worker 1's log does not name the refused peer"; trust_failed=1; fi
 }
 
+# -- a small gate with every wait logged, for the checks below --------------------
+# Node $2's gate at max_active 2, with every wait (log_min_wait = 0) and
+# connection (log_connections) in its log, for check $1 (its setup log is
+# $out/$1-setup.log). Returns once new sessions see the settings (or after
+# 10 s, logged), 1 when they could not be set (the check has failed).
+small_gate() { # check node
+  local i
+  if ! q "$2" postgres -c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2" \
+      -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()" >>"$out/$1-setup.log" 2>&1; then
+    log "$1: could not set $2 up: $(tail -3 "$out/$1-setup.log")"; trust_failed=1; return 1
+  fi
+  # New sessions see the reloaded settings once the postmaster has read them.
+  for i in $(seq 1 100); do
+    [ "$(q "$2" postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] &&
+      return 0
+    sleep 0.1
+  done
+  log "$1: $2 had not reloaded after 10 s; checking anyway"
+}
+small_gate_off() { # node
+  q "$1" postgres -c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active" \
+    -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+}
+# What node $1 logged since offset $2: the waits of Citus's shard tasks,
+# the waits of clients (pgbench), and the connections Citus's tasks came
+# over, as three numbers.
+logged_waits() { # node offset
+  echo "$(log_count "$1" "$2" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")" \
+    "$(log_count "$1" "$2" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")" \
+    "$(log_count "$1" "$2" "connection authorized: user=app database=postgres application_name=citus_internal gpid=")"
+}
+
 # -- loopback shard tasks on the coordinator ------------------------------------
 # With shards on the coordinator too, a multi-shard read outside a block
 # sends the coordinator's own shard tasks over connections to itself, named
@@ -575,36 +607,27 @@ loopback_check() {
     -c "CREATE TABLE loopback (id int PRIMARY KEY, v int)"
     -c "SELECT create_distributed_table('loopback', 'id', shard_count => 12)"
     -c "INSERT INTO loopback SELECT g, g FROM generate_series(1, 10000) g"
-    -c "GRANT SELECT ON loopback TO app"
-    -c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2"
-    -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()")
-  local undo=(-c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active"
-    -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()" -c "DROP TABLE IF EXISTS loopback"
+    -c "GRANT SELECT ON loopback TO app")
+  local undo=(-c "DROP TABLE IF EXISTS loopback"
     -c "SELECT citus_set_node_property('127.0.0.1', ${port[coord]}, 'shouldhaveshards', false)")
-  local off rc tasks clients here conns i
+  local off rc tasks clients here conns
   off=$(log_size coord)
   if ! q coord postgres "${setup[@]}" >"$out/loopback-setup.log" 2>&1; then
     log "loopback: setup failed: $(tail -3 "$out/loopback-setup.log")"; trust_failed=1
     q coord postgres "${undo[@]}" >/dev/null 2>&1; return
   fi
-  # New sessions see the reloaded settings once the postmaster has read them.
-  local reloaded=no
-  for i in $(seq 1 100); do
-    [ "$(q coord postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] &&
-      { reloaded=yes; break; }
-    sleep 0.1
-  done
-  [ $reloaded = yes ] || log "loopback: the coordinator had not reloaded after 10 s; checking anyway"
+  if ! small_gate loopback coord; then
+    small_gate_off coord; q coord postgres "${undo[@]}" >/dev/null 2>&1; return
+  fi
   here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
   echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
   chmod a+r "$root/loopback.sql"
   timeout 120 "$PGBENCH" -n -f "$root/loopback.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
     >"$out/loopback-pgbench.log" 2>&1
   rc=$?
+  small_gate_off coord
   q coord postgres "${undo[@]}" >/dev/null 2>&1
-  tasks=$(log_count coord "$off" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
-  clients=$(log_count coord "$off" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
-  conns=$(log_count coord "$off" "connection authorized: user=app database=postgres application_name=citus_internal gpid=")
+  read -r tasks clients conns < <(logged_waits coord "$off")
   if [ $rc != 0 ]; then log "loopback: the reads failed or did not finish in 120 s (exit $rc)"; trust_failed=1
   elif [ "$tasks" != 0 ]; then log "loopback: $tasks of the coordinator's own shard tasks waited in its queue"; trust_failed=1
   elif [ "${here:-0}" = 0 ]; then log "loopback: no shard of the table is on the coordinator: nothing was checked"; trust_failed=1
@@ -627,11 +650,7 @@ mx_check() {
   local setup=(-c "CREATE TABLE mx (id int PRIMARY KEY, v int)"
     -c "SELECT create_distributed_table('mx', 'id', shard_count => 12)"
     -c "INSERT INTO mx SELECT g, g FROM generate_series(1, 10000) g" -c "GRANT SELECT ON mx TO app")
-  local set=(-c "ALTER SYSTEM SET pg_gatekeeper.log_min_wait = 0" -c "ALTER SYSTEM SET pg_gatekeeper.max_active = 2"
-    -c "ALTER SYSTEM SET log_connections = on" -c "SELECT pg_reload_conf()")
-  local undo=(-c "ALTER SYSTEM RESET pg_gatekeeper.log_min_wait" -c "ALTER SYSTEM RESET pg_gatekeeper.max_active"
-    -c "ALTER SYSTEM RESET log_connections" -c "SELECT pg_reload_conf()")
-  local n i rc=0 tasks=0 clients=0 conns=0 pids=()
+  local n i rc=0 tasks=0 clients=0 conns=0 t c k pids=()
   declare -A off
   if ! q coord postgres "${setup[@]}" >"$out/mx-setup.log" 2>&1; then
     log "mx: setup failed: $(tail -3 "$out/mx-setup.log")"; trust_failed=1
@@ -639,17 +658,9 @@ mx_check() {
   fi
   for n in w1 w2; do
     off[$n]=$(log_size "$n")
-    q "$n" postgres "${set[@]}" >>"$out/mx-setup.log" 2>&1 ||
-      { log "mx: could not set $n up: $(tail -3 "$out/mx-setup.log")"; trust_failed=1; }
-  done
-  for n in w1 w2; do
-    local reloaded=no
-    for i in $(seq 1 100); do
-      [ "$(q "$n" postgres -c "SELECT current_setting('pg_gatekeeper.max_active') || current_setting('log_connections')")" = 2on ] &&
-        { reloaded=yes; break; }
-      sleep 0.1
-    done
-    [ $reloaded = yes ] || log "mx: $n had not reloaded after 10 s; checking anyway"
+    if ! small_gate mx "$n"; then
+      small_gate_off w1; small_gate_off w2; q coord postgres -c "DROP TABLE IF EXISTS mx" >/dev/null 2>&1; return
+    fi
   done
   echo "SELECT count(*) FROM mx WHERE v >= 0;" >"$root/mx.sql"
   chmod a+r "$root/mx.sql"
@@ -661,12 +672,11 @@ mx_check() {
   done
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
   local took=$((SECONDS - t0))
-  for n in w1 w2; do q "$n" postgres "${undo[@]}" >/dev/null 2>&1; done
+  for n in w1 w2; do small_gate_off "$n"; done
   q coord postgres -c "DROP TABLE IF EXISTS mx" >/dev/null 2>&1
   for n in w1 w2; do
-    tasks=$((tasks + $(log_count "$n" "${off[$n]}" "citus_internal gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")))
-    clients=$((clients + $(log_count "$n" "${off[$n]}" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")))
-    conns=$((conns + $(log_count "$n" "${off[$n]}" "connection authorized: user=app database=postgres application_name=citus_internal gpid=")))
+    read -r t c k < <(logged_waits "$n" "${off[$n]}")
+    tasks=$((tasks + t)) clients=$((clients + c)) conns=$((conns + k))
   done
   if [ $rc != 0 ]; then log "mx: the reads failed or did not finish in 120 s (exit $rc)"; trust_failed=1
   elif [ "$tasks" != 0 ]; then log "mx: $tasks shard tasks waited in a queue (the reads took $took s)"; trust_failed=1
