@@ -416,25 +416,48 @@ impl<'a> Gate<'a> {
         now_us: i64,
         wake: &mut dyn FnMut(usize),
     ) -> Vec<String> {
+        // Three passes, so that a class still in the setting keeps its entry
+        // (its index, which the worker's per-class state follows, and its
+        // totals) even while it has no sessions: first every class is
+        // undefined; then the setting's names take back their own entries;
+        // only then are the entries of classes left undefined and empty
+        // freed, and given to the names that are new.
         for (k, c) in self.h.classes.iter_mut().enumerate() {
             if k == DEFAULT || k == LONG || !c.in_use {
                 continue;
             }
             c.defined = false;
             c.params = ClassParams::default();
-            if c.admitted == 0 && c.queued == 0 {
-                c.in_use = false;
-            }
         }
-        let mut no_room = vec![];
         self.h.classes[DEFAULT].params = ClassParams::default();
         self.h.classes[LONG].params = ClassParams { max_active: LONG_DEFAULT_CAP, ..ClassParams::default() };
+        let mut new = vec![];
         for &(name, params) in defs {
             let k = if name == DEFAULT_CLASS {
                 Some(DEFAULT)
             } else if name == LONG_CLASS {
                 Some(LONG)
-            } else if let Some(k) = self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name) {
+            } else {
+                self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name)
+            };
+            match k {
+                Some(k) => {
+                    let c = &mut self.h.classes[k];
+                    c.params = params;
+                    c.defined = true;
+                }
+                None => new.push((name, params)),
+            }
+        }
+        for (k, c) in self.h.classes.iter_mut().enumerate() {
+            if k != DEFAULT && k != LONG && c.in_use && !c.defined && c.admitted == 0 && c.queued == 0 {
+                c.in_use = false;
+            }
+        }
+        let mut no_room = vec![];
+        for (name, params) in new {
+            // A name listed twice finds the entry its first mention took.
+            let k = if let Some(k) = self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name) {
                 Some(k)
             } else if let Some(k) = self.h.classes.iter().position(|c| !c.in_use) {
                 let c = &mut self.h.classes[k];
@@ -1770,6 +1793,66 @@ mod tests {
         // An unknown index means default.
         assert_eq!(g.request(2, c, 5, 0), Request::Admitted);
         assert_eq!(g.slot(2).class as usize, DEFAULT);
+    }
+
+    #[test]
+    fn a_class_keeps_its_entry_and_totals_across_reloads_while_it_has_no_sessions() {
+        // The worker re-applies the setting every few seconds: an idle class
+        // must come out of it as it went in.
+        let mut f = Fixture::new(6, 2);
+        let ids = define(&mut f, &[params(0, 0, 1), params(0, 0, 1)]);
+        let (c0, c1) = (ids[0], ids[1]);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, c0, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, c1, 0, 0), Request::Admitted);
+        g.release(1, 1, &mut |_| {});
+        // The same setting again, c1 idle: its index and totals stay.
+        let same = [("c0", params(0, 0, 1)), ("c1", params(0, 0, 1))];
+        assert!(g.set_classes(&same, 2, &mut |_| {}).is_empty());
+        assert_eq!(g.class_index("c1"), Some(c1));
+        assert_eq!(g.header().classes[c1].counters.admitted, 1, "totals kept");
+        // c0 dropped while it holds; c1 alone in the setting keeps its entry,
+        // and once c0 is empty a reload frees c0's entry, not c1's.
+        let only_c1 = [("c1", params(0, 0, 1))];
+        assert!(g.set_classes(&only_c1, 3, &mut |_| {}).is_empty());
+        assert!(g.header().classes[c0].in_use, "c0 still holds");
+        g.release(0, 4, &mut |_| {});
+        assert!(g.set_classes(&only_c1, 5, &mut |_| {}).is_empty());
+        assert_eq!(g.class_index("c1"), Some(c1), "c1 did not move to c0's freed entry");
+        assert_eq!(g.header().classes[c1].counters.admitted, 1);
+        assert!(!g.header().classes[c0].in_use, "c0's entry freed");
+        // A new name takes a free entry with zeroed totals; a name listed
+        // twice takes one entry.
+        let renamed = [("c1", params(0, 0, 1)), ("n", params(0, 0, 1)), ("n", params(2, 0, 1))];
+        assert!(g.set_classes(&renamed, 6, &mut |_| {}).is_empty());
+        let n = g.class_index("n").unwrap();
+        assert_eq!(g.header().classes[n].counters.admitted, 0);
+        assert_eq!(g.header().classes[n].params.max_active, 2, "the last mention wins");
+        assert_eq!(g.header().classes.iter().filter(|c| c.in_use && c.name.as_str() == "n").count(), 1);
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn an_idle_class_in_the_setting_keeps_its_entry_before_new_names_take_free_ones() {
+        // Every entry but the last in use by dropped classes that still
+        // hold; the last by an idle class `a`. A reload naming a new class
+        // `z` first, then `a`: `a` keeps its entry, `z` finds no room.
+        let mut f = Fixture::new(MAX_CLASSES + 2, MAX_CLASSES as u32 + 2);
+        let dropped = MAX_CLASSES - 3;
+        let mut defs: Vec<(String, ClassParams)> = (0..dropped).map(|k| (format!("d{k}"), params(0, 0, 1))).collect();
+        defs.push(("a".into(), params(0, 0, 1)));
+        let list: Vec<(&str, ClassParams)> = defs.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+        let mut g = f.gate();
+        assert!(g.set_classes(&list, 0, &mut |_| {}).is_empty());
+        for k in 0..dropped {
+            let c = g.class_index(&format!("d{k}")).unwrap();
+            assert_eq!(g.request(k, c, 0, 0), Request::Admitted);
+        }
+        let a = g.class_index("a").unwrap();
+        let no_room = g.set_classes(&[("z", params(0, 0, 1)), ("a", params(0, 0, 1))], 1, &mut |_| {});
+        assert_eq!(no_room, vec!["z".to_string()]);
+        assert_eq!(g.class_index("a"), Some(a));
+        g.check().unwrap();
     }
 
     /// Every operation with classes (caps, reserves, weights, per-class
