@@ -95,14 +95,18 @@ impl Sleeper {
             self.sleep_on_socket(ms)
         } else {
             // SAFETY: waiting on our own latch, as every PostgreSQL wait loop does.
-            unsafe {
-                pg_sys::WaitLatch(
+            let rc = unsafe {
+                let rc = pg_sys::WaitLatch(
                     pg_sys::MyLatch,
-                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH) as i32,
+                    (pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_POSTMASTER_DEATH) as i32,
                     ms as _,
                     pg_sys::PG_WAIT_EXTENSION,
                 );
                 pg_sys::ResetLatch(pg_sys::MyLatch);
+                rc
+            };
+            if rc as u32 & pg_sys::WL_POSTMASTER_DEATH != 0 {
+                postmaster_died();
             }
             Woke::Latch
         }
@@ -129,12 +133,7 @@ impl Sleeper {
         let mut woke = Woke::Latch;
         for e in &events[..n.min(FEBE_NEVENTS)] {
             if e.events & pg_sys::WL_POSTMASTER_DEATH != 0 {
-                // As secure_read does on this wait set.
-                pgrx::ereport!(
-                    pgrx::PgLogLevel::FATAL,
-                    pgrx::PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
-                    "terminating connection due to unexpected postmaster exit"
-                );
+                postmaster_died();
             }
             if e.events & pg_sys::WL_LATCH_SET != 0 {
                 // SAFETY: resetting our own latch before the caller re-checks
@@ -147,4 +146,17 @@ impl Sleeper {
         }
         woke
     }
+}
+
+/// End the session as `secure_read` does when the postmaster dies while it
+/// waits for the client: FATAL, SQLSTATE 57P01. The same on both sleeps, so
+/// that the client of a parked session gets the same message whichever one
+/// it was in.
+fn postmaster_died() -> ! {
+    pgrx::ereport!(
+        pgrx::PgLogLevel::FATAL,
+        pgrx::PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN,
+        "terminating connection due to unexpected postmaster exit"
+    );
+    unreachable!("a FATAL report does not return")
 }

@@ -487,6 +487,46 @@ fn the_gate_starts_clean_after_a_crash_restart() {
     c.assert_quiet();
 }
 
+/// A parked session whose postmaster dies ends with PostgreSQL's own
+/// FATAL for it (57P01, as `secure_read` reports it to a session waiting
+/// for its client), on either sleep: on the client socket (the default) and
+/// on the latch alone (`client_check_interval = 0`). Read with psql, since
+/// libpq reads what the server sent before it closed.
+#[test]
+fn a_parked_session_ends_with_57p01_when_the_postmaster_dies() {
+    for interval in ["0", "1s"] {
+        let mut settings = ONE_TICKET.to_vec();
+        settings.push(("pg_gatekeeper.client_check_interval", interval));
+        let c = Cluster::start(&settings);
+        let _h = idle_in_transaction(&c, "holder");
+        let waiter = Command::new("psql")
+            .args(["-X", "-h", c.dir.to_str().unwrap(), "-p", &c.port.to_string(), "-U", "app", "-d", "postgres"])
+            .args(["-v", "VERBOSITY=verbose", "-c", "SELECT 1"])
+            .env("PGAPPNAME", "waiter")
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn psql");
+        c.wait_queued("waiter");
+        let pid_file = std::fs::read_to_string(c.data_dir().join("postmaster.pid")).unwrap();
+        let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+        Cluster::kill(postmaster, "KILL");
+        let out = waiter.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The postmaster would have removed its System V segment at its next
+        // start; mark it for removal (it goes when the last backend leaves).
+        if let Some(shmid) = pid_file.lines().nth(6).and_then(|l| l.split_whitespace().nth(1)) {
+            let _ = Command::new("ipcrm").args(["-m", shmid]).status();
+        }
+        assert!(
+            stderr.contains("FATAL:  57P01: terminating connection due to unexpected postmaster exit"),
+            "client_check_interval = {interval}: psql said: {stderr}"
+        );
+    }
+}
+
 /// With no worker (no background worker slot), nothing but start-up applies
 /// postgresql.conf's limit and classes: the gate must have them before the
 /// first admission, at start and after a crash restart.
