@@ -25,6 +25,8 @@ BEGIN
       RAISE EXCEPTION 'timed out waiting for: %', cond;
     END IF;
     PERFORM pg_sleep(0.01);
+    -- pg_stat_activity is read once per transaction unless told otherwise.
+    PERFORM pg_stat_clear_snapshot();
   END LOOP;
 END $$;
 

@@ -97,17 +97,32 @@ fn state(procno: usize) -> Option<(pg_sys::BackendState::Type, i64)> {
     if entry.is_null() {
         return None;
     }
-    // SAFETY: a published entry points into PostgreSQL's shared activity
-    // array, which lives as long as shared memory; st_state and
-    // st_state_start_timestamp are single words that their owner writes
-    // and pg_stat_activity reads the same way (a torn or stale pair costs
-    // one sample's accuracy).
-    unsafe {
-        Some((
-            std::ptr::read_volatile(&raw const (*entry).st_state),
-            std::ptr::read_volatile(&raw const (*entry).st_state_start_timestamp),
-        ))
+    // Read the pair as pg_stat_activity does (pgstat_begin_read_activity and
+    // its end): its owner bumps st_changecount before and after it writes,
+    // so an odd count, or one that moved while we read, means a write was
+    // under way. A torn pair (the new state with the old state's start)
+    // would read a transaction's client think time as run time and send
+    // its shape to the long lane. A few tries, then no answer: an entry
+    // rewritten that often is busy, and the next sample looks again.
+    for _ in 0..8 {
+        // SAFETY: a published entry points into PostgreSQL's shared activity
+        // array, which lives as long as shared memory; each field read is a
+        // single aligned word, and the fences are the read barriers of
+        // PostgreSQL's protocol.
+        let (before, st, since, after) = unsafe {
+            let before = std::ptr::read_volatile(&raw const (*entry).st_changecount);
+            std::sync::atomic::fence(Ordering::Acquire);
+            let st = std::ptr::read_volatile(&raw const (*entry).st_state);
+            let since = std::ptr::read_volatile(&raw const (*entry).st_state_start_timestamp);
+            std::sync::atomic::fence(Ordering::Acquire);
+            (before, st, since, std::ptr::read_volatile(&raw const (*entry).st_changecount))
+        };
+        if before == after && before & 1 == 0 {
+            return Some((st, since));
+        }
+        std::hint::spin_loop();
     }
+    None
 }
 
 /// The top-level transaction id of the process with PGPROC number

@@ -144,6 +144,9 @@ impl WindowTrace {
 struct HistoryState {
     next_at_us: i64,
     last_at_us: i64,
+    /// `stats_reset_us` at the last sample: a reset since then restarts the
+    /// counts the next sample takes differences of.
+    stats_reset_us: i64,
     last_admitted: u64,
     last_timeouts: u64,
     last_waits: Histogram,
@@ -174,9 +177,12 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut live = liveness::Liveness::default();
     let mut hist = shmem::with_gate_shared(|l| {
         let h = l.gate.header();
+        // The first sample a full interval from now: one taken at once would
+        // divide what the first pass admitted by a few microseconds.
         HistoryState {
-            next_at_us: now,
+            next_at_us: now + gucs::history_interval_ms() as i64 * 1000,
             last_at_us: now,
+            stats_reset_us: h.stats_reset_us,
             last_admitted: h.counters.admitted,
             last_timeouts: h.counters.timeouts,
             last_waits: h.waits,
@@ -188,6 +194,11 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             // SAFETY: the documented way for a worker to reload its settings.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
             next_resolve_us = 0;
+            // A shorter interval than before takes effect now, not when the
+            // old one would have ended.
+            let now = crate::now_us();
+            hist.next_at_us = hist.next_at_us.min(now + gucs::history_interval_ms() as i64 * 1000);
+            next_sample_us = next_sample_us.min(now + gucs::sample_interval_ms() as i64 * 1000);
         }
         let now = crate::now_us();
         if now < last_now {
@@ -487,9 +498,10 @@ enum Act {
 }
 
 fn record_history(hist: &mut HistoryState, now: i64) {
-    shmem::with_gate(|l| {
-        let h = *l.gate.header();
-        // The holders only: the idle sessions are counted in the header.
+    // The holders are counted under the shared lock, as the steering sample
+    // counts them: a walk over thousands of holders must not hold every
+    // admission and release back.
+    let (idle_in_xact, running) = shmem::with_gate_shared(|l| {
         let (mut idle_in_xact, mut running) = (0, 0);
         for (i, s) in l.gate.holders() {
             if procs::waits_on_client(i) {
@@ -498,13 +510,15 @@ fn record_history(hist: &mut HistoryState, now: i64) {
                 running += 1;
             }
         }
+        (idle_in_xact, running)
+    });
+    shmem::with_gate(|l| {
+        let h = *l.gate.header();
         let idle = h.sessions.saturating_sub(h.holders + h.queued);
-        if h.counters.admitted < hist.last_admitted
-            || h.counters.timeouts < hist.last_timeouts
-            || h.waits.total() < hist.last_waits.total()
-        {
+        if h.stats_reset_us != hist.stats_reset_us {
             // gatekeeper.reset() zeroed the totals since the last sample:
             // this one counts from the reset, not from stale totals.
+            hist.stats_reset_us = h.stats_reset_us;
             hist.last_admitted = 0;
             hist.last_timeouts = 0;
             hist.last_waits = Histogram::default();

@@ -513,6 +513,15 @@ fn a_parked_session_ends_with_57p01_when_the_postmaster_dies() {
         let pid_file = std::fs::read_to_string(c.data_dir().join("postmaster.pid")).unwrap();
         let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
         Cluster::kill(postmaster, "KILL");
+        let mut waiter = waiter;
+        let gone = Instant::now();
+        while waiter.try_wait().unwrap().is_none() {
+            if gone.elapsed() > Duration::from_secs(10) {
+                let _ = waiter.kill();
+                panic!("client_check_interval = {interval}: the parked session outlived its postmaster by 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let out = waiter.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         // The postmaster would have removed its System V segment at its next
@@ -610,6 +619,54 @@ fn long_waits_are_logged_and_recorded_in_history() {
         c.admin_i64("SELECT count(*) FROM gatekeeper.history WHERE wait_p99_ms >= 250") >= 1
     });
     c.assert_quiet();
+}
+
+/// The history's cadence follows its setting: no sample at the worker's
+/// start (one a few microseconds in would divide what it admitted by about
+/// nothing), and a shorter `history_interval` takes effect at the reload,
+/// not when the old interval would have ended. A reset is seen by its time:
+/// the sample after it counts from it even when more was admitted since
+/// the reset than before it.
+#[test]
+fn history_follows_a_shortened_interval_at_once_and_counts_from_a_reset() {
+    let c = Cluster::start(&[("pg_gatekeeper.history_interval", "1h")]);
+    wait_until("one pg_gatekeeper worker runs", Duration::from_secs(5), || c.worker_count() == 1);
+    let rows = || c.admin_i64("SELECT count(*) FROM gatekeeper.history");
+    assert_eq!(rows(), 0, "a sample at the worker's start");
+    let mut a = c.app("a");
+    for _ in 0..3 {
+        a.ok("SELECT 1");
+    }
+    c.set_conf(&[("pg_gatekeeper.history_interval", "100ms")]);
+    wait_until("a sample soon after the reload", Duration::from_secs(5), || rows() >= 1);
+    // Reset, then admit more than before it; the next sample must count
+    // those 20 admissions, all of them. (A sample may still land between
+    // the return to 1h and the reset: then try again.)
+    for _ in 0..3 {
+        c.set_conf(&[("pg_gatekeeper.history_interval", "1h")]);
+        let before = rows();
+        c.admin_exec("SELECT gatekeeper.reset()");
+        for _ in 0..20 {
+            a.ok("SELECT 1");
+        }
+        c.set_conf(&[("pg_gatekeeper.history_interval", "1s")]);
+        wait_until("a sample after the reset", Duration::from_secs(10), || rows() > before);
+        let r = &c.admin_query(
+            "WITH h AS (SELECT sample_time, admissions_per_sec,
+                               lag(sample_time) OVER (ORDER BY sample_time) AS previous
+                          FROM gatekeeper.history)
+             SELECT extract(epoch FROM h.previous) < extract(epoch FROM s.stats_reset),
+                    round(h.admissions_per_sec * extract(epoch FROM h.sample_time - h.previous))::bigint
+               FROM h, gatekeeper.status s
+              WHERE h.sample_time > s.stats_reset ORDER BY h.sample_time LIMIT 1",
+            &[],
+        )[0];
+        if r.get::<_, bool>(0) {
+            assert_eq!(r.get::<_, i64>(1), 20, "the first sample after the reset counts its admissions");
+            return;
+        }
+    }
+    panic!("every try had a sample between the reset and the admissions");
 }
 
 /// The history counts each kind of gated session: idle ones (counted in
