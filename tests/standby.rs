@@ -103,7 +103,7 @@ fn a_hot_standby_gates_by_its_own_limit_and_keeps_gating_after_promotion() {
         standby.i64("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'") == 1
     });
     let mut w = standby.session("watcher", "watcher");
-    for view in ["status", "sessions", "classes", "wait_histogram", "history"] {
+    for view in ["status", "sessions", "classes", "wait_histogram", "history", "shapes"] {
         w.ok(&format!("SELECT * FROM gatekeeper.{view}"));
     }
 

@@ -752,6 +752,7 @@ fn a_reload_applies_while_the_worker_is_away() {
     // Hold the worker back: stop it and let the postmaster restart it only
     // after the reload has been applied by a backend.
     c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
+    wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
     let pid = c.worker_pid().expect("the worker runs");
     Cluster::kill(pid, "STOP");
     c.admin_exec("SELECT pg_reload_conf()");

@@ -128,7 +128,7 @@ fn chaos_keeps_the_gate_exact() {
     setup_schema(&c);
     let start_status = c.status();
     assert_eq!(start_status.int("admitted_total"), 0, "{:?}", start_status.0);
-    c.worker_pid().expect("the worker runs");
+    wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
 
     let sh = Shared {
         stop: AtomicBool::new(false),
