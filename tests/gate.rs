@@ -311,6 +311,49 @@ fn an_exempt_superuser_is_never_parked() {
     c.assert_quiet();
 }
 
+/// `pg_gatekeeper.enabled` per role and per database, as README shows it:
+/// a role or database set off walks past a full gate; with the server-wide
+/// setting off, a role set on is still gated.
+#[test]
+fn enabled_per_role_and_per_database() {
+    let c = Cluster::start(ONE_TICKET);
+    c.admin_exec("CREATE ROLE batch LOGIN; ALTER ROLE batch SET pg_gatekeeper.enabled = off;");
+    c.admin_exec("CREATE DATABASE offdb");
+    c.admin_exec("ALTER DATABASE offdb SET pg_gatekeeper.enabled = off");
+    let mut h = holder(&c);
+    let w = c.app("waiter").spawn("SELECT 1");
+    c.wait_queued("waiter");
+    // The gate is full and someone waits; the role and the database set off
+    // walk past both and take no place.
+    c.session_as("batch", "batch").spawn("BEGIN; SELECT 1; COMMIT").join_ok(PROMPT);
+    let mut off = postgres::Config::new()
+        .host_path(&c.dir)
+        .port(c.port)
+        .user("app")
+        .dbname("offdb")
+        .application_name("offdb")
+        .connect(postgres::NoTls)
+        .expect("connect to offdb");
+    off.batch_execute("BEGIN; SELECT 1; COMMIT").expect("offdb runs");
+    let s = c.status();
+    assert_eq!((s.admitted(), s.queued()), (1, 1), "{:?}", s.0);
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    drop((off, h));
+    wait_until("the first holder has gone", Duration::from_secs(5), || c.session("holder").is_none());
+
+    // Off for the server, on for one role: that role is still gated.
+    c.admin_exec("ALTER ROLE app SET pg_gatekeeper.enabled = on");
+    c.set_conf(&[("pg_gatekeeper.enabled", "off")]);
+    let mut h = holder(&c);
+    let w = c.app("waiter2").spawn("SELECT 1");
+    c.wait_queued("waiter2");
+    assert_stays_queued(&c, &w, SHORT);
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    c.assert_quiet();
+}
+
 // -- 8. Extended protocol and prepared statements -------------------------------
 
 #[test]

@@ -287,3 +287,21 @@ fn a_route_by_hand_wins_over_the_lane_and_an_explicit_class_wins_over_both() {
     assert_eq!(class_admitted(&c, "reports"), 2);
     c.assert_quiet();
 }
+
+/// A route needs an entry of the shapes table: with every entry a query id
+/// may use holding a route (one entry in all here), another route is
+/// refused with 53400 and a hint; with `max_shapes = 0`, every route is.
+#[test]
+fn a_route_with_no_entry_free_is_refused_with_53400() {
+    for (shapes, first_ok) in [("1", true), ("0", false)] {
+        let c = start(&[("pg_gatekeeper.max_shapes", shapes)]);
+        let mut admin = c.connect("postgres", "router");
+        let first = admin.query_one("SELECT gatekeeper.route_shape(1, 'long')", &[]);
+        assert_eq!(first.is_ok(), first_ok, "max_shapes = {shapes}: {first:?}");
+        let e = admin.query_one("SELECT gatekeeper.route_shape(2, 'long')", &[]).expect_err("no room");
+        let db = e.as_db_error().unwrap_or_else(|| panic!("max_shapes = {shapes}: {e:?}"));
+        assert_eq!(db.code().code(), "53400", "max_shapes = {shapes}: {db:?}");
+        assert!(db.hint().is_some(), "max_shapes = {shapes}: no hint: {db:?}");
+        c.assert_quiet();
+    }
+}

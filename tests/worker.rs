@@ -415,6 +415,9 @@ fn a_parked_session_whose_client_dies_is_ended() {
     assert_eq!(s.int("clients_lost_total"), 1);
     assert_eq!(s.int("queue_exits_total"), 0, "counted once, as a lost client");
     assert_eq!((s.queued(), s.admitted()), (0, 1));
+    // Ended as PostgreSQL ends a backend whose client is gone (08006).
+    let line = format!("[{pid}] lost FATAL:  connection to client lost");
+    wait_until("the backend's FATAL is logged", Duration::from_secs(5), || c.log_text().contains(&line));
 
     h.ok("COMMIT");
     c.assert_quiet();
