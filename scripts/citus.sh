@@ -320,6 +320,10 @@ chmod -R a+rX "$wdir"
 csv=$out/results.csv
 echo "round,config,workload,clients,duration_s,tps,failed_tx,aborted_clients,zero_tps_intervals,hang,stuck_after_kill,overflow_coord,overflow_w1,overflow_w2,maxq_coord,maxq_w1,maxq_w2,progress_log_lines,breaker_log_lines,citus_deadlocks,side" >"$csv"
 hangs=0
+# Runs that ended but did not run: no tps line, or a client aborted on an
+# error pgbench does not retry (--max-tries covers deadlocks and
+# serialization failures). Each fails the script, as a hang does.
+broken=0
 
 gated() { [ "$1" != nogate ]; }
 overflow() { q "$1" postgres -c "SELECT overflow_total FROM gatekeeper.status" 2>/dev/null || echo NA; }
@@ -496,6 +500,10 @@ run_one() { # round config workload
   done
   echo "$round,$config,$wl,$clients,$duration,$tps,$failed,$aborted,$zero,$hang,$stuck,${ovs[0]},${ovs[1]},${ovs[2]},${mq[0]},${mq[1]},${mq[2]},$prog,$brk,$dl,\"$side\"" >>"$csv"
   log "$config $wl: tps $tps, failed $failed, aborted clients $aborted, hang $hang (stuck after kill: $stuck), overflow ${ovs[*]}, max queued ${mq[*]}${lim:+, limit while queued ${lim[*]}}, progress/breaker log lines $prog/$brk, Citus deadlocks $dl${side:+; $side}"
+  if [ "$hang" = no ] && { [ "$tps" = NA ] || [ "$aborted" != 0 ]; }; then
+    broken=$((broken + 1))
+    log "FAILED: $config $wl ended without running: tps $tps, aborted clients $aborted (see $rdir)"
+  fi
 
   # Leave the cluster clean for the next run.
   if [ $hang = yes ]; then
@@ -727,5 +735,5 @@ for round in $(seq 1 "$rounds"); do
   summary
   log "round $round done: ${out#"$repo/"}/summary.md"
 done
-log "results: ${out#"$repo/"}/results.csv, ${out#"$repo/"}/summary.md; hangs: $hangs"
-[ $hangs = 0 ] && [ $trust_failed = 0 ]
+log "results: ${out#"$repo/"}/results.csv, ${out#"$repo/"}/summary.md; hangs: $hangs; runs that did not run: $broken"
+[ $hangs = 0 ] && [ $trust_failed = 0 ] && [ $broken = 0 ]

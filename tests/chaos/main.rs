@@ -277,6 +277,12 @@ fn chaos_keeps_the_gate_exact() {
         a.unexpected.is_empty() && tt.unexpected.is_empty(),
         format!("unexpected errors: {:?} {:?}", a.unexpected, tt.unexpected),
     );
+    // The monitor samples every 50 ms: at least one sample a second, or its
+    // instant checks were not made.
+    check(
+        peaks.samples >= wall.as_secs().max(1),
+        format!("the monitor took only {} samples in {:.0} s", peaks.samples, wall.as_secs_f64()),
+    );
     let violations = sh.violations.lock().unwrap().clone();
     check(violations.is_empty(), format!("invariant violations during the run: {violations:#?}"));
     check(

@@ -11,7 +11,7 @@ use crate::shared::Shared;
 /// Maxima seen by the monitor.
 #[derive(Default, Debug)]
 pub(crate) struct Peaks {
-    samples: u64,
+    pub(crate) samples: u64,
     queued: i64,
     admitted: i64,
     tickets: i64,
@@ -33,7 +33,15 @@ pub(crate) fn monitor(c: &Cluster, sh: &Shared) -> Peaks {
     };
     while !sh.stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
-        let Ok(row) = obs.query_one("SELECT row_to_json(s)::text FROM gatekeeper.status s", &[]) else { continue };
+        // A failing view is a finding, not a sample to skip: the checks
+        // below would silently stop otherwise.
+        let row = match obs.query_one("SELECT row_to_json(s)::text FROM gatekeeper.status s", &[]) {
+            Ok(row) => row,
+            Err(e) => {
+                violation(format!("the monitor could not read gatekeeper.status: {e}"));
+                continue;
+            }
+        };
         let s = Status(serde_json::from_str(&row.get::<_, String>(0)).unwrap());
         p.samples += 1;
         let (queued, admitted, tickets, limit) = (s.queued(), s.admitted(), s.tickets(), s.max_active());
@@ -74,7 +82,10 @@ pub(crate) fn monitor(c: &Cluster, sh: &Shared) -> Peaks {
                         .map(|r| ((r.get(0), r.get(1)), r.get::<_, Option<String>>(2).unwrap_or_default()))
                         .collect()
                 })
-                .unwrap_or_default();
+                .unwrap_or_else(|e| {
+                    violation(format!("the monitor could not read gatekeeper.sessions: {e}"));
+                    HashMap::new()
+                });
             for (key, query) in &now {
                 if parked_with_xid.contains_key(key) {
                     violation(format!(
