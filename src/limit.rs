@@ -119,11 +119,15 @@ pub struct CpuMeter {
     /// The part of `idle` that was iowait (0 under a quota, which does not
     /// tell).
     pub iowait: f64,
+    /// What `gatekeeper.status.cpu_idle` shows: `idle`, or, after a quiet
+    /// spell the decisions do not measure (see [`Window::Restart`]), the
+    /// idle fraction over that spell, so the gauge never goes stale.
+    pub shown: f64,
 }
 
 impl CpuMeter {
     pub fn new() -> CpuMeter {
-        CpuMeter { source: cpu_budget().1, last: None, idle: 1.0, iowait: 0.0 }
+        CpuMeter { source: cpu_budget().1, last: None, idle: 1.0, iowait: 0.0, shown: 1.0 }
     }
 
     /// Read from `source` from now on (the affinity or a quota changed).
@@ -154,16 +158,26 @@ impl CpuMeter {
             Window::Restart => None,
         };
         let Some(cur) = self.read() else { return };
-        let measured = ended.zip(before).and_then(|(us, prev)| match &self.source {
+        let over = |us: i64, prev: (u64, u64, u64)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
             CpuSource::Quota(_, q) => {
                 cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q).map(|f| (f, 0.0))
             }
-        });
+        };
+        let measured = ended.zip(before).and_then(|(us, prev)| over(us, prev));
+        // A window that ran long (the worker slept while nothing was queued)
+        // is no measure for the decisions, but it is one for the gauge.
+        let quiet = match ended {
+            None => start.map(|at| now - at).filter(|&us| us > 0).zip(before).and_then(|(us, prev)| over(us, prev)),
+            Some(_) => None,
+        };
         self.last = Some((now, cur));
         if let Some((idle, iowait)) = measured {
             self.idle = idle;
             self.iowait = iowait;
+            self.shown = idle;
+        } else if let Some((idle, _)) = quiet {
+            self.shown = idle;
         }
     }
 }

@@ -230,7 +230,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             cpu.tick(now);
-            sample_and_steer(now, (cpu.idle, cpu.iowait), &mut adapt, &mut demand, &mut live)
+            sample_and_steer(now, (cpu.idle, cpu.iowait, cpu.shown), &mut adapt, &mut demand, &mut live)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -275,7 +275,7 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// new statement, is not stalled any more and counts again.
 fn sample_and_steer(
     now: i64,
-    (cpu_idle, cpu_iowait): (f64, f64),
+    (cpu_idle, cpu_iowait, cpu_shown): (f64, f64, f64),
     adapt: &mut Adapt,
     demand: &mut controller::DemandWindow,
     live: &mut liveness::Liveness,
@@ -376,7 +376,7 @@ fn sample_and_steer(
         let running = busy.min(h.holders).saturating_sub(h.relieved());
         l.status.running = running;
         l.status.sampled_at_us = now;
-        l.status.cpu_idle = cpu_idle;
+        l.status.cpu_idle = cpu_shown;
         let (avg, working_avg) = if h.queued == 0 {
             (f64::NAN, f64::NAN)
         } else {

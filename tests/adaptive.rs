@@ -206,3 +206,28 @@ fn a_turn_to_cpu_bound_work_brings_the_limit_back_within_five_seconds() {
     stop_loops(storm, &stop_cpu);
     c.assert_quiet();
 }
+
+/// `status.cpu_idle` is measured while nothing is queued too: the worker
+/// then samples once per `history_interval`, a window its decisions do not
+/// use, but the gauge shows it. A session computing on one of the CPUs
+/// brings it down; before, it stayed at its first value (1) until a queue.
+#[test]
+fn cpu_idle_is_measured_with_nothing_queued() {
+    // At the default history_interval (1 s) the quiet windows run past
+    // twice the meter's 200 ms.
+    let c = Cluster::start(&[]);
+    c.create_burn();
+    let cpus = c.status().0["effective_cpus"].as_f64().unwrap_or(1.0).max(1.0);
+    // Computing on every CPU the server may use, exempt (superusers), so
+    // that nothing queues.
+    let burners: Vec<Running> =
+        (0..cpus.ceil() as usize).map(|k| c.superuser(&format!("burn{k}")).spawn("SELECT burn(6)")).collect();
+    wait_until("cpu_idle falls while the CPUs compute", Duration::from_secs(5), || {
+        let s = c.status();
+        s.queued() == 0 && s.0["cpu_idle"].as_f64().is_some_and(|f| f < 0.5)
+    });
+    for b in burners {
+        b.join_ok(Duration::from_secs(10));
+    }
+    c.assert_quiet();
+}

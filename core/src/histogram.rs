@@ -47,11 +47,21 @@ impl Histogram {
     }
 
     /// The distribution of what was recorded since `earlier`, a previous copy
-    /// of this histogram. `max_us` of the difference is the current maximum.
+    /// of this histogram. `max_us` of the difference is the maximum when it
+    /// grew since `earlier` (the longest wait is then one of these); else the
+    /// interval's longest wait is unknown, and it is bounded by its highest
+    /// bucket: the upper bound of a closed one, the lower bound of the open
+    /// one (a floor), never a longer wait of an earlier interval.
     pub fn since(&self, earlier: &Histogram) -> Histogram {
         let mut d = *self;
         for (c, e) in d.counts.iter_mut().zip(earlier.counts.iter()) {
             *c = c.saturating_sub(*e);
+        }
+        if self.max_us <= earlier.max_us {
+            d.max_us = match (0..NBUCKETS).rev().find(|&i| d.counts[i] > 0) {
+                None => 0,
+                Some(i) => Self::upper_us(i).unwrap_or(Self::lower_us(i)).min(self.max_us),
+            };
         }
         d
     }
@@ -137,5 +147,23 @@ mod tests {
         let d = h.since(&before);
         assert_eq!(d.total(), 2);
         assert_eq!(d.counts[0], 1);
+        assert_eq!(d.max_us, 1_000_000, "the maximum grew: it is this interval's");
+    }
+
+    #[test]
+    fn an_interval_never_borrows_an_earlier_intervals_longest_wait() {
+        let mut h = Histogram::default();
+        h.record(3_600_000_000); // an hour, in an earlier interval
+        let before = h;
+        h.record(61_000_000);
+        let d = h.since(&before);
+        // The interval's one wait is in the open bucket: reported at its
+        // floor (60 s), not at the hour.
+        assert_eq!(d.quantile_us(0.5), Some(60_000_000.0));
+        let before = h;
+        h.record(2_000);
+        let d = h.since(&before);
+        assert_eq!(d.quantile_us(1.0), Some(2_500.0), "a closed bucket: its upper bound");
+        assert_eq!(h.since(&h).max_us, 0, "nothing recorded");
     }
 }
