@@ -20,7 +20,14 @@ source scripts/cluster.sh
 
 if [ -f "$DEMO/data/PG_VERSION" ]; then
   cluster_stop "$DEMO"
-  echo "$PORT" >"$DEMO/port"
+  if [ -n "${DEMO_PORT:-}" ]; then
+    # A port asked for anew: the server's configuration follows (the last
+    # setting in postgresql.conf wins).
+    echo "port = $PORT" >>"$DEMO/data/postgresql.conf"
+    echo "$PORT" >"$DEMO/port"
+  elif [ -s "$DEMO/port" ]; then
+    PORT=$(cat "$DEMO/port")
+  fi
 else
   mkdir -p "$DEMO" && chown postgres: "$DEMO"
   cluster_init "$DEMO" "$PORT" "# pg_gatekeeper demo" "shared_preload_libraries = 'pg_gatekeeper'" \

@@ -47,6 +47,15 @@ apt() { DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300 
 package_installed() { dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null | grep -qx installed; }
 dev_files() { find "$pkglibdir" "$extdir" -maxdepth 1 -name "$EXT*" \( -type f -o -type l \); }
 
+# A package already installed is someone's (or a killed run's): this test
+# would set its files aside as the development install and purge it.
+if ((debian)) && package_installed; then
+  echo "FAIL: $pkg is installed already; this test installs and purges its own build." >&2
+  echo "      Remove it first (apt-get purge $pkg), then run the test again." >&2
+  rm -rf "$work"
+  exit 1
+fi
+
 # Whatever happens, the development install is put back at exit.
 cleanup() {
   local rc=$?
