@@ -422,6 +422,13 @@ class Runner:
                 errs.append(line.strip()[:200])
                 break
         if sb:
+            # The tps is measured over the window after the warm-up: sysbench's
+            # reports must cover it (without them, the tps would be the final
+            # report's, warm-up and drain included).
+            want = float(row["duration_s"]) - float(row.get("warmup_s") or 0)
+            got = float(row.get("window_s") or 0)
+            if abs(got - want) > 1.5:
+                errs.append("sysbench's reports cover %g s of the %g s window" % (got, want))
             # sysbench's own p95 and the one read from its histogram are the
             # same computation: a difference means the histogram was misread.
             p95, mine = res.get("sysbench_p95_ms"), row.get("p95_latency_ms")

@@ -104,15 +104,17 @@ def per_second(out):
 
 
 def window_tps(series, start, end):
-    """(tps, seconds, transactions) over the reports that end in (start, end].
-    A report covers the time since the one before: more than a second when
-    the reporting thread was late."""
+    """(tps, seconds, transactions) over the window (start, end]. A report
+    covers the time since the one before: more than a second when the
+    reporting thread was late, and then possibly across the window's start
+    or end; only its part inside the window counts, at its rate."""
     prev, secs, xacts = 0, 0, 0.0
     for t, v in series:
-        if start < t <= end and t > prev:
-            secs += t - prev
-            xacts += v * (t - prev)
-        prev = t
+        lo, hi = max(prev, start), min(t, end)
+        if hi > lo:
+            secs += hi - lo
+            xacts += v * (hi - lo)
+        prev = max(prev, t)
     return (xacts / secs if secs else None), secs, xacts
 
 
