@@ -135,11 +135,16 @@ one_run() { # config form round
     gate-fixed) start pg_gatekeeper "pg_gatekeeper.active_per_cpu_max = 0" ;;
     gate-max-*) start pg_gatekeeper "pg_gatekeeper.max_active = ${cfg#gate-max-}" ;;
   esac
+  # Every run starts from the same tables: no history rows, no dead rows
+  # or pending writes left by the run before (whichever configuration ran it).
+  psql_su -q -c "TRUNCATE pgbench_history" -c "VACUUM ANALYZE pgbench_accounts, pgbench_branches, pgbench_tellers" \
+    -c "CHECKPOINT" >/dev/null
   sleep 1
   local tag="$cfg-$form-$rnd" done_file="$work/reports-$cfg-$form-$rnd" sql="$REPORT"
   [ "$form" = block ] && sql="BEGIN; $REPORT; COMMIT"
   : > "$done_file"
-  local end=$((SECONDS + duration)) pids=()
+  local end=$((SECONDS + duration)) pids=() t0
+  t0=$(psql_su -Atc "SELECT now()")
   for r in $(seq "$reports"); do
     ( while [ $SECONDS -lt $end ]; do
         as_pg "$PG_BIN/psql" -X -q -h "$work" -p "$cport" -U report -d bench -c "$sql" \
@@ -147,15 +152,24 @@ one_run() { # config form round
       done ) &
     pids+=($!)
   done
+  local rc=0 status=ok
   if [ $oltp = yes ]; then
     (cd "$work" && as_pg "$PG_BIN/pgbench" -n -c "$clients" -j 2 -T "$duration" -h "$work" -p "$cport" -U oltp \
-        -l --log-prefix="$work/tx-$tag" bench > "$work/pgbench-$tag.out" 2>&1) || true
+        -l --log-prefix="$work/tx-$tag" bench > "$work/pgbench-$tag.out" 2>&1) || rc=$?
   else
     : > "$work/pgbench-$tag.out"
   fi
   wait "${pids[@]}" 2>/dev/null || true
   local tps p99 n
   tps=$(grep -oP 'tps = \K[0-9.]+' "$work/pgbench-$tag.out" | head -1 || true)
+  # A run whose clients failed is recorded, with why, and left out of the
+  # medians (pgbench prints a tps even when clients aborted).
+  if [ $oltp = yes ] && { [ $rc != 0 ] || [ -z "$tps" ] || grep -q 'aborted\|pgbench: error' "$work/pgbench-$tag.out"; }; then
+    status="failed: $(grep -m1 'aborted\|pgbench: error' "$work/pgbench-$tag.out" | tr -d ',"' | cut -c1-120) (pgbench exit $rc)"
+    echo "  $status"
+  fi
+  local report_errors=0
+  [ -s "$work/reports-$tag.err" ] && report_errors=$(grep -c 'ERROR\|FATAL' "$work/reports-$tag.err" || true)
   p99=$(cat "$work"/tx-"$tag".* 2>/dev/null | awk '{print $3}' | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int(NR*0.99)]/1000; else print "nan"}' || true)
   n=$(wc -l < "$done_file")
   [ -s "$work/reports-$tag.err" ] && echo "  report errors: $(sort -u "$work/reports-$tag.err" | head -3 | tr '\n' ' ')"
@@ -167,21 +181,27 @@ one_run() { # config form round
     gk=$(psql_su -Atc "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
            -c "SELECT concat_ws(',', round(avg(max_active), 1), min(max_active), max(max_active),
                  (SELECT stalls_total FROM gatekeeper.status))
-               FROM gatekeeper.history WHERE sample_time > now() - interval '$duration s'" 2>/dev/null | tail -1)
+               FROM gatekeeper.history
+              WHERE sample_time > '$t0'::timestamptz AND sample_time <= '$t0'::timestamptz + interval '$duration s'" \
+           2>/dev/null | tail -1)
     gk=",${gk:-,,,}"
   fi
-  echo "$cfg,$form,$rnd,${tps:-0},$p99,$n$gk" >> "$out/results.csv"
+  echo "$cfg,$form,$rnd,${tps:-0},$p99,$n$gk,$report_errors,\"$status\"" >> "$out/results.csv"
   printf '%-13s %-6s round %s: %8s OLTP tps, p99 %8s ms, %3s reports\n' "$cfg" "$form" "$rnd" "${tps:-0}" "$p99" "$n"
   [ "$cfg" = pgbouncer ] && kill "$(cat "$work/pgbouncer.pid")" && sleep 0.5
   [ "$cfg" = gate-class ] && psql_su -c "ALTER ROLE report RESET pg_gatekeeper.class"
   stop
 }
 
-echo "config,form,round,oltp_tps,oltp_p99_ms,reports,limit_avg,limit_min,limit_max,stalls" > "$out/results.csv"
+echo "config,form,round,oltp_tps,oltp_p99_ms,reports,limit_avg,limit_min,limit_max,stalls,report_errors,status" > "$out/results.csv"
 echo "mixed: $clients TPC-B clients + $reports report loops ($forms), ${duration}s per run, $rounds rounds, scale $scale, $(nproc) CPUs, $durability commits"
+# The configurations in the given order in odd rounds and reversed in even
+# ones, so that none always runs right after the same other.
 for rnd in $(seq "$rounds"); do
+  order=$configs
+  ((rnd % 2 == 0)) && order=$(printf '%s\n' $configs | tac | tr '\n' ' ')
   for form in ${forms//,/ }; do
-    for cfg in $configs; do one_run "$cfg" "$form" "$rnd"; done
+    for cfg in $order; do one_run "$cfg" "$form" "$rnd"; done
   done
 done
 
@@ -189,6 +209,8 @@ python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$con
 import csv, statistics, sys, os
 out, clients, reports, duration, rounds, durability, configs, forms = sys.argv[1:]
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+failed = [r for r in rows if r.get("status", "ok") != "ok"]
+rows = [r for r in rows if r.get("status", "ok") == "ok"]
 cfgs = list(dict.fromkeys(r["config"] for r in rows))
 def col(c, f, k): return [float(r[k]) for r in rows if r["config"] == c and r["form"] == f]
 def med(v): return statistics.median(v) if v else None
@@ -218,6 +240,9 @@ for f in forms.split(","):
         lim = (f"{med([float(r['limit_avg']) for r in lim]):.1f} ({min(int(r['limit_min']) for r in lim)}-"
                f"{max(int(r['limit_max']) for r in lim)}), {med([int(r['stalls']) for r in lim]):.0f}") if lim else ""
         lines.append(f"| {c} | {f} {oltp}| {med(n):.0f} ({min(n):.0f}-{max(n):.0f}) | {nr} | {lim} |")
+if failed:
+    lines += ["", f"Left out of the medians, {len(failed)} failed run(s):"]
+    lines += [f"- {r['config']} {r['form']} round {r['round']}: {r['status']}" for r in failed]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 out = sys.argv[1]
-rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
+rows = [r for r in csv.DictReader(open(os.path.join(out, "results.csv"))) if r.get("status", "ok") == "ok"]
 # One bar per configuration and report form (results before the forms
 # existed have no form column: single statements).
 keys = list(dict.fromkeys((r["config"], r.get("form", "single")) for r in rows))
@@ -36,7 +36,7 @@ ax2.plot(list(x), [statistics.median(r) for r in rep], "ko", label="reports comp
 ax2.set_ylabel("reports completed")
 ax2.set_ylim(0, max(max(r) for r in rep) * 1.3)
 ax2.legend(loc="upper right")
-ax.set_title("TPC-B clients beside long reports, 2 CPUs")
+ax.set_title(f"TPC-B clients beside long reports, {os.cpu_count()} CPUs")
 fig.tight_layout()
 fig.savefig(os.path.join(out, "mixed.png"), dpi=110)
 print(os.path.join(out, "mixed.png"))
