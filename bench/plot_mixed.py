@@ -28,7 +28,10 @@ med = [statistics.median(t) for t in tps]
 err = [[m - min(t) for m, t in zip(med, tps)], [max(t) - m for m, t in zip(med, tps)]]
 fig, ax = plt.subplots(figsize=(9, 4.2))
 x = range(len(cfgs))
-ax.bar(x, med, yerr=err, capsize=4, color=["#888" if c == "bare" else "#4a7" if c.startswith("gate") else "#a74" for c in cfgs])
+ax.bar(x, med, yerr=err, capsize=4,
+       color=["#888" if c.startswith("bare") else "#4a7" if c.startswith("gate") else "#a74" for c, _ in keys])
+# Room above the bars for the legend.
+ax.set_ylim(0, max(max(t) for t in tps) * 1.25)
 ax.set_xticks(list(x), cfgs, rotation=20, ha="right")
 ax.set_ylabel("OLTP tps (median, min-max)")
 ax2 = ax.twinx()
