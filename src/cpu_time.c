@@ -8,13 +8,18 @@
 
 #include <time.h>
 
-/* Microseconds of CPU time used by this process; 0 if the clock fails. */
+/*
+ * Microseconds of CPU time used by this backend's thread; 0 if the clock
+ * fails. The thread's clock, not the process's: a backend runs on one
+ * thread, and an extension's helper threads must not make its clock run
+ * ahead of the wall clock (core/src/cpu_clock.rs relies on that).
+ */
 int64
 gk_cpu_time_us(void)
 {
 	struct timespec ts;
 
-	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
 		return 0;
 	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

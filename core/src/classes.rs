@@ -143,6 +143,9 @@ impl<'a> Lexer<'a> {
 pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
     let mut lx = Lexer { s: text.as_bytes(), at: 0 };
     let mut out: Vec<ClassDef> = vec![];
+    // The names seen, for the duplicate check: a set, so that a very long
+    // value costs its length, not its square, before the count refuses it.
+    let mut names: std::collections::HashSet<&str> = std::collections::HashSet::new();
     if lx.peek().is_none() {
         return Ok(out);
     }
@@ -152,7 +155,7 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
             return err(format!("expected a class name, found {}", lx.found()));
         }
         check_name(name)?;
-        if out.iter().any(|d| d.name == name) {
+        if !names.insert(name) {
             return err(format!("class \"{name}\" is defined twice"));
         }
         let mut params = ClassParams::default();

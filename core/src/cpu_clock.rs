@@ -2,8 +2,8 @@
 //! the answer needs.
 //!
 //! When a transaction ends, the long lane asks whether it computed for
-//! `stall_timeout` or longer (`shapes`). Reading the process's CPU clock
-//! is a system call: about 0.6 µs in a loop on the project's machines, and
+//! `stall_timeout` or longer (`shapes`). Reading the backend thread's CPU
+//! clock is a system call: about 0.6 µs in a loop on the project's machines, and
 //! about 2 µs of a backend's throughput at 26,000 one-statement
 //! transactions a second, where one read per transaction cost the gate
 //! 6 % of its rate (bench/results/overhead-20261129/NOTE.md). A backend

@@ -66,11 +66,15 @@ pub fn parse(text: &str) -> Result<Peers, String> {
             _ => net(entry)?,
         };
         if !out.contains(&peer) {
+            // Refused as soon as it is too long: the duplicate check above
+            // costs the square of the entries kept.
+            if out.len() == MAX_ENTRIES {
+                return Err(format!(
+                    "The list has more than {MAX_ENTRIES} entries; at most {MAX_ENTRIES} are allowed."
+                ));
+            }
             out.push(peer);
         }
-    }
-    if out.len() > MAX_ENTRIES {
-        return Err(format!("The list has {} entries; at most {MAX_ENTRIES} are allowed.", out.len()));
     }
     Ok(Peers(out))
 }
