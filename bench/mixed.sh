@@ -205,9 +205,9 @@ for rnd in $(seq "$rounds"); do
   done
 done
 
-python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$configs" "$forms" <<'PY'
+python3 - "$out" "$clients" "$reports" "$duration" "$rounds" "$durability" "$configs" "$forms" "$(nproc)" <<'PY'
 import csv, statistics, sys, os
-out, clients, reports, duration, rounds, durability, configs, forms = sys.argv[1:]
+out, clients, reports, duration, rounds, durability, configs, forms, cpus = sys.argv[1:]
 rows = list(csv.DictReader(open(os.path.join(out, "results.csv"))))
 failed = [r for r in rows if r.get("status", "ok") != "ok"]
 rows = [r for r in rows if r.get("status", "ok") == "ok"]
@@ -218,7 +218,7 @@ commits = ("durable commits (fsync = on, synchronous_commit = on)" if durability
            else "ASYNCHRONOUS commits (fsync = off, synchronous_commit = off)")
 flag = " --async" if durability == "async" else ""
 lines = [f"Mixed workload: {clients} TPC-B clients beside {reports} report loops, {duration} s per run, {commits}, "
-         f"{os.cpu_count()} CPUs, medians of {rounds} round(s) (min-max). Reports as a single statement (`single`) "
+         f"{cpus} CPUs, medians of {rounds} round(s) (min-max). Reports as a single statement (`single`) "
          f"or inside BEGIN ... COMMIT (`block`); `-alone`: the reports without OLTP clients. "
          f"Command: `MIXED_CONFIGS='{configs}' bench/mixed.sh --clients {clients} --reports {reports} --rounds {rounds} --duration {duration} --forms {forms}{flag}`.", "",
          "| configuration | reports | OLTP tps | vs bare | OLTP p99 ms | reports done | vs bare | gate limit avg (range), holders relieved |", "|---|---|---|---|---|---|---|---|"]

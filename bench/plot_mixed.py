@@ -2,6 +2,7 @@
 (median with min-max) and reports completed. Usage: plot_mixed.py DIR"""
 import csv
 import os
+import re
 import statistics
 import sys
 
@@ -11,6 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 out = sys.argv[1]
+# The run's CPUs, as its summary names them (the machine drawing the chart
+# may have others).
+m = re.search(r"(\d+) CPUs", open(os.path.join(out, "summary.md")).read()) if os.path.exists(
+    os.path.join(out, "summary.md")) else None
+cpus = m.group(1) if m else str(os.cpu_count())
 rows = [r for r in csv.DictReader(open(os.path.join(out, "results.csv"))) if r.get("status", "ok") == "ok"]
 # One bar per configuration and report form (results before the forms
 # existed have no form column: single statements).
@@ -39,7 +45,7 @@ ax2.plot(list(x), [statistics.median(r) for r in rep], "ko", label="reports comp
 ax2.set_ylabel("reports completed")
 ax2.set_ylim(0, max(max(r) for r in rep) * 1.3)
 ax2.legend(loc="upper right")
-ax.set_title(f"TPC-B clients beside long reports, {os.cpu_count()} CPUs")
+ax.set_title(f"TPC-B clients beside long reports, {cpus} CPUs")
 fig.tight_layout()
 fig.savefig(os.path.join(out, "mixed.png"), dpi=110)
 print(os.path.join(out, "mixed.png"))

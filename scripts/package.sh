@@ -21,7 +21,8 @@
 # Options: --debug builds the debug library (what scripts/test.sh packages:
 # it is built already); --out DIR writes there instead of dist/.
 set -euo pipefail
-# A failed step inside a $(...) fails it (bash turns -e off there otherwise).
+# A failed step inside a $(...) fails it (bash turns -e off there otherwise;
+# and so does a `|| ...` after the assignment, so the builders' calls have none).
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 source scripts/pg_env.sh
@@ -115,6 +116,7 @@ CONTROL
   (cd "$root" && find usr -type f -printf '%P\n' | sort | sed 's|^|usr/|' | xargs md5sum) >"$root/DEBIAN/md5sums"
   chmod 644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
   local deb=$out/${pkg}_${version}_${arch}.deb
+  rm -f "$deb" # an earlier build's must not pass for this one
   SOURCE_DATE_EPOCH=$when dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
   echo "$deb ($(du -h "$deb" | cut -f1))"
 }
@@ -157,6 +159,7 @@ NOTE
   find "$t" -type d -exec chmod 755 {} +
   find "$t" -type f -exec chmod 644 {} +
   local tgz=$out/$name.tar.gz
+  rm -f "$tgz"
   tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$when" -cf - "$name" |
     gzip -9n >"$tgz"
   echo "$tgz ($(du -h "$tgz" | cut -f1))"
@@ -185,9 +188,9 @@ for m in "${majors[@]}"; do
   done
   strip --strip-unneeded "$pgrx_out$pkglibdir/$EXT.so"
   if [ "$PG_CONFIG" = "/usr/lib/postgresql/$m/bin/pg_config" ]; then
-    line=$(build_deb "$m" "$pgrx_out" "$version") || exit 1
+    line=$(build_deb "$m" "$pgrx_out" "$version")
   else
-    line=$(build_tarball "$m" "$pgrx_out" "$version" "$pkglibdir" "$sharedir") || exit 1
+    line=$(build_tarball "$m" "$pgrx_out" "$version" "$pkglibdir" "$sharedir")
   fi
   # What the builder names must exist: a failed step inside it must not
   # pass for a package.

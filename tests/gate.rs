@@ -332,6 +332,8 @@ fn enabled_per_role_and_per_database() {
         .user("app")
         .dbname("offdb")
         .application_name("offdb")
+        // Fail, not hang, if a regression gates it behind the full gate.
+        .options("-c statement_timeout=5000")
         .connect(postgres::NoTls)
         .expect("connect to offdb");
     off.batch_execute("BEGIN; SELECT 1; COMMIT").expect("offdb runs");
