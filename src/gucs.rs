@@ -434,11 +434,16 @@ pub fn client_check_interval_ms() -> u32 {
 pub fn log_min_wait_ms() -> i32 {
     LOG_MIN_WAIT.get()
 }
-pub fn sample_interval_ms() -> u32 {
-    SAMPLE_INTERVAL.get() as u32
+/// `sample_interval` in microseconds.
+pub fn sample_interval_us() -> i64 {
+    SAMPLE_INTERVAL.get() as i64 * 1000
 }
 pub fn history_interval_ms() -> u32 {
     HISTORY_INTERVAL.get() as u32
+}
+/// `history_interval` in microseconds.
+pub fn history_interval_us() -> i64 {
+    HISTORY_INTERVAL.get() as i64 * 1000
 }
 pub fn history_size() -> usize {
     HISTORY_SIZE.get() as usize

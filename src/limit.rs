@@ -158,26 +158,22 @@ impl CpuMeter {
             Window::Restart => None,
         };
         let Some(cur) = self.read() else { return };
-        let over = |us: i64, prev: (u64, u64, u64)| match &self.source {
+        // A window that ran long (the worker slept while nothing was queued)
+        // is no measure for the decisions, but it is one for the gauge.
+        let span = ended.or_else(|| start.map(|at| now - at).filter(|&us| us > 0));
+        let measured = span.zip(before).and_then(|(us, prev)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
             CpuSource::Quota(_, q) => {
                 cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q).map(|f| (f, 0.0))
             }
-        };
-        let measured = ended.zip(before).and_then(|(us, prev)| over(us, prev));
-        // A window that ran long (the worker slept while nothing was queued)
-        // is no measure for the decisions, but it is one for the gauge.
-        let quiet = match ended {
-            None => start.map(|at| now - at).filter(|&us| us > 0).zip(before).and_then(|(us, prev)| over(us, prev)),
-            Some(_) => None,
-        };
+        });
         self.last = Some((now, cur));
         if let Some((idle, iowait)) = measured {
-            self.idle = idle;
-            self.iowait = iowait;
             self.shown = idle;
-        } else if let Some((idle, _)) = quiet {
-            self.shown = idle;
+            if ended.is_some() {
+                self.idle = idle;
+                self.iowait = iowait;
+            }
         }
     }
 }

@@ -180,7 +180,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         // The first sample a full interval from now: one taken at once would
         // divide what the first pass admitted by a few microseconds.
         HistoryState {
-            next_at_us: now + gucs::history_interval_ms() as i64 * 1000,
+            next_at_us: now + gucs::history_interval_us(),
             last_at_us: now,
             stats_reset_us: h.stats_reset_us,
             last_admitted: h.counters.admitted,
@@ -197,8 +197,8 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             // A shorter interval than before takes effect now, not when the
             // old one would have ended.
             let now = crate::now_us();
-            hist.next_at_us = hist.next_at_us.min(now + gucs::history_interval_ms() as i64 * 1000);
-            next_sample_us = next_sample_us.min(now + gucs::sample_interval_ms() as i64 * 1000);
+            hist.next_at_us = hist.next_at_us.min(now + gucs::history_interval_us());
+            next_sample_us = next_sample_us.min(now + gucs::sample_interval_us());
         }
         let now = crate::now_us();
         if now < last_now {
@@ -226,7 +226,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         // Samples are paced by the clock, not by wake-ups: a burst of
         // sessions parking at once must not become a burst of samples of
         // one instant (each could move the ticket count).
-        let interval_us = gucs::sample_interval_ms() as i64 * 1000;
+        let interval_us = gucs::sample_interval_us();
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             cpu.tick(now);
@@ -546,7 +546,7 @@ fn record_history(hist: &mut HistoryState, now: i64) {
         hist.last_timeouts = h.counters.timeouts;
         hist.last_waits = h.waits;
     });
-    let interval = gucs::history_interval_ms() as i64 * 1000;
+    let interval = gucs::history_interval_us();
     // Keep a steady cadence without bursting after a long stall.
     hist.next_at_us = (hist.next_at_us + interval).max(now + interval / 2);
 }

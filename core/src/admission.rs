@@ -416,48 +416,28 @@ impl<'a> Gate<'a> {
         now_us: i64,
         wake: &mut dyn FnMut(usize),
     ) -> Vec<String> {
-        // Three passes, so that a class still in the setting keeps its entry
-        // (its index, which the worker's per-class state follows, and its
-        // totals) even while it has no sessions: first every class is
-        // undefined; then the setting's names take back their own entries;
-        // only then are the entries of classes left undefined and empty
-        // freed, and given to the names that are new.
         for (k, c) in self.h.classes.iter_mut().enumerate() {
             if k == DEFAULT || k == LONG || !c.in_use {
                 continue;
             }
             c.defined = false;
             c.params = ClassParams::default();
+            // A class the setting still names keeps its entry (its index,
+            // which the worker's per-class state follows, and its totals),
+            // sessions or none; a dropped one keeps it while it has sessions.
+            if c.admitted == 0 && c.queued == 0 && !defs.iter().any(|&(name, _)| name == c.name.as_str()) {
+                c.in_use = false;
+            }
         }
+        let mut no_room = vec![];
         self.h.classes[DEFAULT].params = ClassParams::default();
         self.h.classes[LONG].params = ClassParams { max_active: LONG_DEFAULT_CAP, ..ClassParams::default() };
-        let mut new = vec![];
         for &(name, params) in defs {
             let k = if name == DEFAULT_CLASS {
                 Some(DEFAULT)
             } else if name == LONG_CLASS {
                 Some(LONG)
-            } else {
-                self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name)
-            };
-            match k {
-                Some(k) => {
-                    let c = &mut self.h.classes[k];
-                    c.params = params;
-                    c.defined = true;
-                }
-                None => new.push((name, params)),
-            }
-        }
-        for (k, c) in self.h.classes.iter_mut().enumerate() {
-            if k != DEFAULT && k != LONG && c.in_use && !c.defined && c.admitted == 0 && c.queued == 0 {
-                c.in_use = false;
-            }
-        }
-        let mut no_room = vec![];
-        for (name, params) in new {
-            // A name listed twice finds the entry its first mention took.
-            let k = if let Some(k) = self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name) {
+            } else if let Some(k) = self.h.classes.iter().position(|c| c.in_use && c.name.as_str() == name) {
                 Some(k)
             } else if let Some(k) = self.h.classes.iter().position(|c| !c.in_use) {
                 let c = &mut self.h.classes[k];
