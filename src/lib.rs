@@ -39,6 +39,7 @@ mod monitor;
 mod park;
 mod peer;
 mod procs;
+mod route_store;
 mod session;
 mod shapes_api;
 mod shmem;
@@ -70,9 +71,11 @@ pub extern "C-unwind" fn _PG_init() {
     // PostgreSQL requires.
     unsafe { pg_sys::EnableQueryId() };
     gucs::init();
-    // The settings reach a new gate through the path every reload takes.
+    // The settings reach a new gate through the path every reload takes;
+    // the DBA's routes come back from their file.
     shmem::init(|| {
         limit::apply();
+        route_store::restore();
     });
     hooks::init();
     worker::register();

@@ -121,7 +121,7 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
         l.shapes.route(db, queryid as u64, name, until, now).map_err(Some)
     });
     match result {
-        Ok(()) => {}
+        Ok(()) => crate::route_store::save(),
         Err(None) => fail(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("class \"{class}\" is not defined"),
@@ -147,7 +147,11 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
 fn unroute_shape(queryid: i64) -> bool {
     let now = crate::now_us();
     let db = current_db();
-    shmem::with_gate(|mut l| l.shapes.unroute(db, queryid as u64, now))
+    let had = shmem::with_gate(|mut l| l.shapes.unroute(db, queryid as u64, now));
+    if had {
+        crate::route_store::save();
+    }
+    had
 }
 
 /// Forget every shape, and the routes too when `routes` is true. Revoked
@@ -156,6 +160,9 @@ fn unroute_shape(queryid: i64) -> bool {
 fn reset_shapes(routes: default!(bool, "false")) {
     let now = crate::now_us();
     shmem::with_gate(|mut l| l.shapes.reset(routes, now));
+    if routes {
+        crate::route_store::save();
+    }
 }
 
 extension_sql!(

@@ -16,7 +16,10 @@
 //!   (The copies are Rust vectors: an allocation failure there aborts the
 //!   process, as out-of-memory does anywhere in Rust code, and the
 //!   postmaster's crash restart then rebuilds the segment, lock included.)
-//! - `nslots`, `history_cap`, `shapes_cap` and `lock` are written once, by the postmaster
+//! - `Shared::routes_lock` (the tranche's second LWLock) serialises the
+//!   writers of the routes file ([`with_routes_file_lock`]); its holder may
+//!   take `lock`, never the other way round.
+//! - `nslots`, `history_cap`, `shapes_cap` and the locks are written once, by the postmaster
 //!   at startup, and read without the lock afterwards.
 //! - `worker_procno` is an atomic so that a parking backend can wake the
 //!   worker without the lock; `applied_reload` is an atomic read at every
@@ -52,6 +55,9 @@ use crate::gucs;
 #[repr(C)]
 pub struct Shared {
     lock: *mut pg_sys::LWLock,
+    /// The tranche's second lock: serialises writers of the routes file
+    /// (`route_store`); never taken with `lock` held.
+    routes_lock: *mut pg_sys::LWLock,
     nslots: u32,
     history_cap: u32,
     shapes_cap: u32,
@@ -214,7 +220,7 @@ unsafe extern "C-unwind" fn shmem_request() {
             pg_sys::submodules::ffi::pg_guard_ffi_boundary(|| prev());
         }
         pg_sys::RequestAddinShmemSpace(offsets(Dims::configured()).total);
-        pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 1);
+        pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 2);
     }
 }
 
@@ -236,7 +242,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let p = pg_sys::ShmemInitStruct(NAME.as_ptr(), total, &mut found) as *mut Shared;
         if !found {
             ptr::write_bytes(p as *mut u8, 0, total);
-            (*p).lock = &raw mut (*pg_sys::GetNamedLWLockTranche(NAME.as_ptr())).lock;
+            let locks = pg_sys::GetNamedLWLockTranche(NAME.as_ptr());
+            (*p).lock = &raw mut (*locks).lock;
+            (*p).routes_lock = &raw mut (*locks.add(1)).lock;
             (*p).nslots = nslots as u32;
             (*p).history_cap = dims.history_cap as u32;
             (*p).shapes_cap = dims.shapes_cap as u32;
@@ -326,6 +334,21 @@ pub struct Locked<'a> {
     pub ring: &'a mut Ring,
     pub history: &'a mut [HistorySample],
     pub shapes: Shapes<'a>,
+}
+
+/// Run `f` holding the lock that serialises the routes file's writers.
+/// `f` may take the gate's lock; nothing holds the gate's lock and waits
+/// for this one.
+pub fn with_routes_file_lock<R>(f: impl FnOnce() -> R) -> R {
+    let p = shared_ptr();
+    // SAFETY: `p` is the live segment; the lock pointer was set at startup
+    // and the guard releases it, on unwinding too.
+    let _guard = unsafe {
+        let lock = (*p).routes_lock;
+        pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        LockGuard(lock)
+    };
+    f()
 }
 
 /// Releases the LWLock when dropped, on unwinding too.

@@ -305,3 +305,73 @@ fn a_route_with_no_entry_free_is_refused_with_53400() {
         c.assert_quiet();
     }
 }
+
+/// The routes in force (`route_shape`) outlive a restart and a crash
+/// restart: they are kept in a file in the data directory and read back when
+/// shared memory is laid out. A route whose time ran out while the server
+/// was down, and an ended one, do not come back; a file that is not a
+/// routes file is ignored with a LOG line; a file that cannot be written is
+/// a WARNING and leaves the route in force.
+#[test]
+fn routes_outlive_a_restart_and_a_crash_restart() {
+    let c = start(&[("pg_gatekeeper.classes", "reports (max_active = 1)")]);
+    burn_once(&c, 0.0);
+    let q = burn_queryid(&c);
+    c.admin_exec(&format!(
+        "SELECT gatekeeper.route_shape({q}, 'reports'), gatekeeper.route_shape(77, 'long', '1 hour'),
+                gatekeeper.route_shape(78, 'long', '1 s'), gatekeeper.route_shape(79, 'long')"
+    ));
+    assert!(c.admin_query("SELECT gatekeeper.unroute_shape(79)", &[])[0].get::<_, bool>(0));
+    wait_until("the route of 78 ends", Duration::from_secs(10), || {
+        c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE queryid = 78 AND routed_to IS NULL") == 1
+    });
+    let routes = || {
+        c.admin_query(
+            "SELECT queryid, routed_to, routed_until IS NOT NULL FROM gatekeeper.shapes
+              WHERE routed_to IS NOT NULL ORDER BY queryid",
+            &[],
+        )
+        .iter()
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1), r.get::<_, bool>(2)))
+        .collect::<Vec<_>>()
+    };
+    let mut want = vec![(q, "reports".to_string(), false), (77, "long".to_string(), true)];
+    want.sort();
+    assert_eq!(routes(), want);
+
+    let log = c.log_path();
+    let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
+    assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
+    c.reconnect_admin(Duration::from_secs(30));
+    assert_eq!(routes(), want, "after a restart");
+    assert!(c.log_text().contains(
+        "restored 2 query routes from file \"pg_gatekeeper_routes\"; skipped: 1 ended while the server was down"
+    ));
+    // The route sends the shape's transactions to its class again.
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "reports"), 1);
+
+    // A crash restart lays shared memory out again: the routes come back.
+    let victim = c.app("victim");
+    Cluster::kill(c.pid_of("victim"), "KILL");
+    drop(victim);
+    c.reconnect_admin(Duration::from_secs(30));
+    assert_eq!(routes(), want, "after a crash restart");
+
+    // A file that cannot be written: a WARNING, and the route holds.
+    let temp = c.data_dir().join("pg_gatekeeper_routes.tmp");
+    std::fs::create_dir(&temp).unwrap();
+    c.admin_exec("SELECT gatekeeper.route_shape(80, 'long')");
+    std::fs::remove_dir(&temp).unwrap();
+    assert!(c.log_text().contains("WARNING:  pg_gatekeeper: could not save the query routes to file"));
+    assert_eq!(routes().len(), 3);
+
+    // Not a routes file: ignored, and the server starts without routes.
+    std::fs::write(c.data_dir().join("pg_gatekeeper_routes"), "something else\n").unwrap();
+    let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
+    assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
+    c.reconnect_admin(Duration::from_secs(30));
+    assert!(c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\""));
+    assert_eq!(routes(), vec![]);
+    c.assert_quiet();
+}

@@ -36,6 +36,7 @@ pub mod history;
 pub mod lending;
 pub mod peers;
 pub mod progress;
+pub mod route_file;
 pub mod shapes;
 pub mod working;
 

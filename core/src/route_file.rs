@@ -1,0 +1,152 @@
+//! The text of the routes file (docs/DESIGN.md §15): the DBA's routes of
+//! query shapes, kept across restarts. The extension rewrites the file
+//! whenever a route is set or ended and reads it back when the postmaster
+//! lays out shared memory; this module only turns routes into text and
+//! back.
+//!
+//! The format is one header line, then one line per route:
+//!
+//! ```text
+//! pg_gatekeeper routes 1
+//! <database oid> <query id> <class> <until, microseconds; 0: for good>
+//! ```
+//!
+//! Query ids are written as the unsigned 64-bit numbers the table keeps;
+//! `until` is on PostgreSQL's timestamp clock, so a route for a while
+//! survives a restart only while it has time left.
+
+use crate::classes::ClassName;
+use crate::shapes::Shape;
+
+/// The first line of every routes file this version writes and reads.
+pub const HEADER: &str = "pg_gatekeeper routes 1";
+
+/// One route, as the file keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub db: u32,
+    pub query_id: u64,
+    pub class: ClassName,
+    /// Until when (microseconds); 0: for good.
+    pub until_us: i64,
+}
+
+/// What a file held: the routes still in force, and how many lines could
+/// not be read (the caller reports them).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub routes: Vec<Route>,
+    pub expired: usize,
+    pub bad_lines: usize,
+}
+
+/// The routes in force among the table's entries.
+pub fn in_force(entries: &[Shape], now_us: i64) -> Vec<Route> {
+    entries
+        .iter()
+        .filter(|s| s.query_id != 0 && !s.route.is_empty() && (s.route_until_us == 0 || now_us < s.route_until_us))
+        .map(|s| Route { db: s.db, query_id: s.query_id, class: s.route, until_us: s.route_until_us })
+        .collect()
+}
+
+/// The file's text for `routes`.
+pub fn encode(routes: &[Route]) -> String {
+    let mut out = String::with_capacity(HEADER.len() + 1 + routes.len() * 48);
+    out.push_str(HEADER);
+    out.push('\n');
+    for r in routes {
+        out.push_str(&format!("{} {} {} {}\n", r.db, r.query_id, r.class.as_str(), r.until_us));
+    }
+    out
+}
+
+fn class_name(s: &str) -> Option<ClassName> {
+    let ok = !s.is_empty()
+        && s.len() <= crate::classes::MAX_NAME
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    ok.then(|| ClassName::new(s))
+}
+
+fn line(l: &str) -> Option<Route> {
+    let mut f = l.split_ascii_whitespace();
+    let r = Route {
+        db: f.next()?.parse().ok()?,
+        query_id: f.next()?.parse().ok().filter(|&q: &u64| q != 0)?,
+        class: class_name(f.next()?)?,
+        until_us: f.next()?.parse().ok().filter(|&u: &i64| u >= 0)?,
+    };
+    f.next().is_none().then_some(r)
+}
+
+/// Read a file's text. Routes whose time ran out by `now_us` are left out
+/// and counted. A text without the header is refused whole: it is not a
+/// routes file of this version.
+pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
+    let mut lines = text.lines();
+    match lines.next() {
+        Some(h) if h.trim_end() == HEADER => {}
+        Some(h) => {
+            return Err(format!("its first line is \"{}\", not \"{HEADER}\"", h.chars().take(40).collect::<String>()))
+        }
+        None => return Err("it is empty".into()),
+    }
+    let mut d = Decoded::default();
+    for l in lines.filter(|l| !l.trim().is_empty()) {
+        match line(l) {
+            Some(r) if r.until_us != 0 && r.until_us <= now_us => d.expired += 1,
+            Some(r) => d.routes.push(r),
+            None => d.bad_lines += 1,
+        }
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shapes::Shapes;
+
+    fn route(db: u32, q: u64, class: &str, until_us: i64) -> Route {
+        Route { db, query_id: q, class: ClassName::new(class), until_us }
+    }
+
+    #[test]
+    fn routes_in_force_survive_the_round_trip() {
+        let mut v = vec![Shape::default(); 64];
+        let mut t = Shapes::new(&mut v);
+        t.route(5, u64::MAX, ClassName::new("long"), 0, 10).unwrap();
+        t.route(5, 7, ClassName::new("reports_2"), 5_000, 10).unwrap();
+        t.route(6, 8, ClassName::new("default"), 20, 10).unwrap();
+        t.route(6, 9, ClassName::new("long"), 0, 10).unwrap();
+        assert!(t.unroute(6, 9, 10));
+        // A shape the gate learned, with no route, is not written.
+        t.record(6, 11, 10, 4_000_000, true, 10);
+        let mut want = vec![route(5, u64::MAX, "long", 0), route(5, 7, "reports_2", 5_000), route(6, 8, "default", 20)];
+        let mut got = in_force(t.entries(), 15);
+        got.sort_by_key(|r| r.query_id);
+        want.sort_by_key(|r| r.query_id);
+        assert_eq!(got, want);
+        // Read back later: the route that ran out at 20 is counted, not kept.
+        let d = decode(&encode(&got), 20).unwrap();
+        let mut back = d.routes.clone();
+        back.sort_by_key(|r| r.query_id);
+        want.retain(|r| r.query_id != 8);
+        assert_eq!((back, d.expired, d.bad_lines), (want, 1, 0));
+        // Nothing in force: the header alone.
+        assert_eq!(encode(&in_force(t.entries(), 10_000)), format!("{HEADER}\n{} {} long 0\n", 5, u64::MAX));
+    }
+
+    #[test]
+    fn damaged_lines_are_counted_and_a_foreign_file_refused() {
+        let text = format!(
+            "{HEADER}\n1 42 long 0\n\n1 0 long 0\n1 43 Long 0\n1 44 long -5\n1 45 long 0 extra\nx 46 long 0\n1 47\n2 48 a_b9 99\n"
+        );
+        let d = decode(&text, 1).unwrap();
+        assert_eq!(d.routes, vec![route(1, 42, "long", 0), route(2, 48, "a_b9", 99)]);
+        assert_eq!((d.expired, d.bad_lines), (0, 6));
+        assert!(decode("", 0).unwrap_err().contains("empty"));
+        assert!(decode("pg_gatekeeper routes 2\n1 42 long 0\n", 0).unwrap_err().contains("routes 2"));
+        let long_name = format!("{HEADER}\n1 42 {} 0\n", "a".repeat(64));
+        assert_eq!(decode(&long_name, 0).unwrap().bad_lines, 1);
+    }
+}

@@ -1,0 +1,101 @@
+//! The routes file (docs/DESIGN.md §15): the DBA's routes of query shapes
+//! outlive a restart. Shared memory is laid out anew at every start and
+//! after a crash, so the routes in force are also kept in a file in the
+//! data directory, as pg_prewarm keeps its block list: rewritten whole by
+//! the backend that sets, ends or clears a route, read back by the
+//! postmaster when it lays the segment out. The file's text is
+//! `gatekeeper_core::route_file`'s.
+//!
+//! Writes go to a temporary file that is flushed and renamed over the old
+//! one, then the directory is flushed, so a crash leaves the old file or the
+//! new one. A second LWLock of the tranche serialises the writers, and each
+//! writer takes its copy of the routes under it, so the last file written
+//! holds the last change.
+
+use std::fs;
+use std::io::Write;
+
+use gatekeeper_core::route_file::{self, Route};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::PgSqlErrorCode;
+
+use crate::shmem;
+
+/// Relative to the data directory, every server process's working directory.
+const FILE: &str = "pg_gatekeeper_routes";
+const TEMP: &str = "pg_gatekeeper_routes.tmp";
+
+fn write(routes: &[Route]) -> std::io::Result<()> {
+    let mut f = fs::File::create(TEMP)?;
+    f.write_all(route_file::encode(routes).as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(TEMP, FILE)?;
+    fs::File::open(".")?.sync_all()
+}
+
+/// Write the routes in force to the file, after a change to them. A failure
+/// is a WARNING: the change is made in shared memory and holds until the
+/// server stops, and the message says it will not outlive that.
+pub fn save() {
+    let result = shmem::with_routes_file_lock(|| {
+        let routes = shmem::with_gate_shared(|l| route_file::in_force(l.shapes.entries(), crate::now_us()));
+        write(&routes)
+    });
+    if let Err(e) = result {
+        let _ = fs::remove_file(TEMP);
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("pg_gatekeeper: could not save the query routes to file \"{FILE}\" in the data directory: {e}"),
+            function_name!(),
+        )
+        .set_detail("The change is in force until the server stops; the server would start without it.")
+        .set_hint("Fix the cause, then set the route again (or end it) to write the file.")
+        .report(PgLogLevel::WARNING);
+    }
+}
+
+/// Read the file back into a freshly laid-out table. Called by the
+/// postmaster (or a single-user backend) from the shared-memory startup hook,
+/// where an ERROR would stop the server: every problem is a LOG line.
+pub fn restore() {
+    let text = match fs::read_to_string(FILE) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            pgrx::log!(
+                "pg_gatekeeper: could not read the query routes from file \"{FILE}\": {e}; starting without them"
+            );
+            return;
+        }
+    };
+    let now = crate::now_us();
+    let decoded = match route_file::decode(&text, now) {
+        Ok(d) => d,
+        Err(why) => {
+            pgrx::log!("pg_gatekeeper: ignoring file \"{FILE}\": {why}");
+            return;
+        }
+    };
+    let (restored, no_room) = shmem::with_gate(|mut l| {
+        let ok = decoded
+            .routes
+            .iter()
+            .filter(|r| l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok())
+            .count();
+        (ok, decoded.routes.len() - ok)
+    });
+    let mut skipped = Vec::new();
+    for (n, what) in [
+        (decoded.expired, "ended while the server was down"),
+        (no_room, "found no room under pg_gatekeeper.max_shapes"),
+        (decoded.bad_lines, "were damaged lines"),
+    ] {
+        if n > 0 {
+            skipped.push(format!("{n} {what}"));
+        }
+    }
+    let skipped = if skipped.is_empty() { String::new() } else { format!("; skipped: {}", skipped.join(", ")) };
+    pgrx::log!("pg_gatekeeper: restored {restored} query routes from file \"{FILE}\"{skipped}");
+}
