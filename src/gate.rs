@@ -54,10 +54,15 @@ pub unsafe fn admit_statement(query_id: u64, at: snapshot::Point) {
 }
 
 /// Whether this session's transaction passes without an admission
-/// whatever it runs: an exempt session, or Citus's superuser connections
-/// between nodes. Needs a transaction (catalog lookups).
+/// whatever it runs: one before the backend's command loop (a login event
+/// trigger: parked there, the connection would hang in its start-up, and an
+/// error in the queue would refuse it), an exempt session, or Citus's
+/// superuser connections between nodes. Needs a transaction (catalog
+/// lookups).
 pub fn passes_anyway() -> bool {
-    session::is_exempt(session::ensure_attached()) || crate::citus::is_internal_superuser()
+    session::before_command_loop()
+        || session::is_exempt(session::ensure_attached())
+        || crate::citus::is_internal_superuser()
 }
 
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
@@ -125,9 +130,12 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             if position == 1 {
                 shmem::wake_worker();
             }
+            // Armed before anything that could raise an ERROR: the slot is
+            // queued from here on.
+            let guard = Parked { slot, armed: true };
             // SAFETY: `at` comes from the hook it names (admit_statement).
             let released = at.filter(|&at| unsafe { snapshot::release(at) });
-            wait(slot, now, &class);
+            wait(guard, now, &class);
             if let Some(at) = released {
                 // SAFETY: as above, and release returned true.
                 unsafe { snapshot::retake(at) };
@@ -198,8 +206,9 @@ fn leave(slot: usize, why: Abandon) -> bool {
     left
 }
 
-fn wait(slot: usize, started_us: i64, class: &Class) {
-    let mut guard = Parked { slot, armed: true };
+/// Wait until admitted; `guard` leaves the queue if an ERROR ends the wait.
+fn wait(mut guard: Parked, started_us: i64, class: &Class) {
+    let slot = guard.slot;
     // The class's own timeout, where it has one, else the session's.
     let class_timeout = class.params.queue_timeout_ms >= 0;
     let timeout_ms = if class_timeout { class.params.queue_timeout_ms as u32 } else { gucs::queue_timeout_ms() };

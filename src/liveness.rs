@@ -156,9 +156,14 @@ impl Liveness {
         if scope != GATE {
             self.watches[GATE].admitted_by_batch(admitted.len() as u32);
         }
-        let quiet_ms = timeout_us / 1000;
-        for (slot, pid) in admitted {
+        // Every admitted session is woken before the first log line: a log
+        // call serves interrupts, and a cancel there must not leave the rest
+        // of the batch admitted and asleep.
+        for &(slot, _) in &admitted {
             shmem::wake(slot);
+        }
+        let quiet_ms = timeout_us / 1000;
+        for (_, pid) in admitted {
             if scope == GATE {
                 pgrx::log!(
                     "pg_gatekeeper: admitted process {pid} over the limit: no holder worked and nobody was admitted for {quiet_ms} ms"

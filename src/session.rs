@@ -87,6 +87,22 @@ pub fn is_client_backend() -> bool {
     unsafe { pg_sys::MyBackendType == pg_sys::BackendType::B_BACKEND }
 }
 
+/// Whether this backend has not reached its command loop yet: PostgreSQL
+/// reports the backend's state (idle, or disabled without
+/// `track_activities`) before it reads its first command, and never sets it
+/// back to undefined. What runs before that is the server's own start-up
+/// work, such as a login event trigger (PostgreSQL 17+), where an ERROR is a
+/// FATAL that refuses the connection.
+pub fn before_command_loop() -> bool {
+    // SAFETY: MyBEEntry is this backend's own entry (or null without one);
+    // only this backend writes its st_state, so reading it needs no
+    // change-count protocol.
+    unsafe {
+        let e = pg_sys::MyBEEntry;
+        !e.is_null() && (*e).st_state == pg_sys::BackendState::STATE_UNDEFINED
+    }
+}
+
 pub fn admitted() -> bool {
     LOCAL.with(|l| l.admitted.get())
 }

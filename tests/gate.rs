@@ -603,3 +603,31 @@ fn bind_parameters_are_converted_after_admission() {
     assert!(checked());
     c.assert_quiet();
 }
+
+/// A login event trigger (PostgreSQL 17+) runs before the backend's command
+/// loop, where an error is a FATAL that refuses the connection: it passes
+/// without an admission, so a gated role connects while the gate is full
+/// (and would otherwise be refused by `queue_timeout`); its first statement
+/// queues as usual.
+#[test]
+fn a_login_event_trigger_passes_and_the_sessions_first_statement_queues() {
+    let c = Cluster::start(&conf(&[("pg_gatekeeper.queue_timeout", "1s")]));
+    if c.admin_i64("SELECT current_setting('server_version_num')::bigint") < 170000 {
+        return; // no login event triggers before PostgreSQL 17
+    }
+    c.admin_exec(
+        "CREATE FUNCTION on_login() RETURNS event_trigger LANGUAGE plpgsql AS
+           $$BEGIN PERFORM count(*) FROM pg_class; END$$;
+         CREATE EVENT TRIGGER on_login ON login EXECUTE FUNCTION on_login();",
+    );
+    let mut h = holder(&c);
+    let started = Instant::now();
+    let waiter = c.try_connect("app", "waiter").expect("a gated role connects while the gate is full");
+    assert!(started.elapsed() < Duration::from_secs(5), "the connection took {:?}", started.elapsed());
+    let w = Session { name: "waiter".into(), client: waiter }.spawn("SELECT 1");
+    c.wait_queued("waiter");
+    h.ok("COMMIT");
+    w.join_ok(PROMPT);
+    c.admin_exec("DROP EVENT TRIGGER on_login");
+    c.assert_quiet();
+}
