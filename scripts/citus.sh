@@ -29,7 +29,8 @@
 # bench/citus_report.py, run.log, runs/: each run's output and the views).
 # With the defaults configuration, round 1 also checks what passes the
 # gate on a worker (trust_check below), the coordinator's shard tasks to
-# itself (loopback_check) and clients on both workers (mx_check).
+# itself (loopback_check), clients on both workers (mx_check) and Citus's
+# views through run_command_on_all_nodes (views_check).
 # Exit status 1 if any run hung or failed to run, or the trust check failed.
 #
 #   bash scripts/citus.sh                    # 20 s per run, scale 10, every configuration
@@ -693,6 +694,35 @@ mx_check() {
   else log "mx: 320 reads in $took s: $clients client waits, $conns task connections, no task waited, as expected"; fi
 }
 
+# -- Citus's views, through run_command_on_all_nodes ----------------------------
+# citus_stat_activity (granted to PUBLIC) runs its query on every node, this
+# one included, over connections renamed citus_run_command gpid=<the
+# caller's>. They ride on their caller's admission: with the coordinator's
+# gate full (max_active 2, 8 clients of the view), none of them may wait in
+# its queue, while clients do. Gated, each call's connection to the
+# coordinator queued behind its own caller, moved only by the progress
+# guarantee. Returns 1 (trust_failed) when a command waited, the check
+# proved nothing (no client wait), or the reads failed.
+views_check() {
+  local off rc commands clients
+  off=$(log_size coord)
+  small_gate views coord || { small_gate_off coord; return; }
+  echo "SELECT count(*) FROM citus_stat_activity;" >"$root/views.sql"
+  chmod a+r "$root/views.sql"
+  local t0=$SECONDS
+  timeout 120 "$PGBENCH" -n -f "$root/views.sql" -c 8 -j 2 -t 5 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
+    >"$out/views-pgbench.log" 2>&1
+  rc=$?
+  local took=$((SECONDS - t0))
+  small_gate_off coord
+  commands=$(log_count coord "$off" "citus_run_command gpid=[0-9]* LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
+  clients=$(log_count coord "$off" "pgbench LOG:  pg_gatekeeper: process [0-9]* admitted after waiting")
+  if [ $rc != 0 ]; then log "views: the reads of citus_stat_activity failed or did not finish in 120 s (exit $rc)"; trust_failed=1
+  elif [ "$commands" != 0 ]; then log "views: $commands of run_command_on_all_nodes's connections waited in the coordinator's queue (the reads took $took s)"; trust_failed=1
+  elif [ "$clients" = 0 ]; then log "views: no client waited: the coordinator's gate never filled"; trust_failed=1
+  else log "views: 40 reads of citus_stat_activity in $took s: $clients client waits, no command connection waited, as expected"; fi
+}
+
 # -- summary ---------------------------------------------------------------------
 # The results name no machine path: the cluster's temporary directory
 # becomes <cluster>, and paths inside the repository become relative.
@@ -730,7 +760,7 @@ for round in $(seq 1 "$rounds"); do
     for wl in $workloads; do
       run_one "$round" "$config" "$wl" || { log "cluster failed to restart"; exit 1; }
     done
-    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; loopback_check; mx_check; fi
+    if [ "$round" = 1 ] && [ "$config" = defaults ]; then trust_check; loopback_check; mx_check; views_check; fi
   done
   summary
   log "round $round done: ${out#"$repo/"}/summary.md"

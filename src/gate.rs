@@ -213,6 +213,9 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
     let class_timeout = class.params.queue_timeout_ms >= 0;
     let timeout_ms = if class_timeout { class.params.queue_timeout_ms as u32 } else { gucs::queue_timeout_ms() };
     let mut sleeper = park::Sleeper::new(gucs::client_check_interval_ms(), started_us);
+    // The timeout runs on the monotonic clock, as PostgreSQL's own timers
+    // do: a step of the wall clock neither fires it early nor stretches it.
+    let began = std::time::Instant::now();
     loop {
         let now = crate::now_us();
         // Before the admission check: polling the client may reset the latch.
@@ -233,7 +236,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
             log_wait(slot, limit, queued);
             return;
         }
-        let waited_ms = ((now - started_us).max(0) / 1000) as u64;
+        let waited_ms = began.elapsed().as_millis() as u64;
         if timeout_ms > 0 && waited_ms >= timeout_ms as u64 {
             guard.armed = false;
             if leave(slot, Abandon::Timeout) {

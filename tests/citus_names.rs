@@ -26,6 +26,8 @@ fn a_client_named_citus_internal_is_gated_like_any_client() {
     let c = Cluster::start(CONF);
     // Named at connection time (a startup parameter, as Citus does it).
     let at_startup = c.app("citus_internal gpid=1");
+    // Named as run_command_on_*'s connections are: gated from this peer too.
+    let run_command = c.app("citus_run_command gpid=7");
     // Named by SET, before anyone holds the place (the SET is gated too).
     let mut by_set = c.app("spoofer");
     by_set.ok("SET application_name = 'citus_internal gpid=10000000002'");
@@ -46,10 +48,15 @@ fn a_client_named_citus_internal_is_gated_like_any_client() {
     assert_eq!(s.queued(), 2);
     assert_eq!(s.int("overflow_total"), 0, "nobody was admitted over the limit");
 
+    let third = run_command.spawn("SELECT 1");
+    assert_eq!(c.wait_queued("citus_run_command gpid=7"), 3);
+    assert_stays_queued(&c, &third, Duration::from_millis(300));
+
     h.ok("COMMIT");
     first.join_ok(Duration::from_secs(5));
     second.join_ok(Duration::from_secs(5));
-    assert_eq!(c.status().int("waited_total"), 2);
+    third.join_ok(Duration::from_secs(5));
+    assert_eq!(c.status().int("waited_total"), 3);
     c.assert_quiet();
 }
 
@@ -72,6 +79,18 @@ fn a_session_named_as_citus_rides_only_from_a_trusted_peer() {
     assert!(task.elapsed < Duration::from_secs(2), "waited {:?}", task.elapsed);
     let block = c.app("citus_internal gpid=20000000003").spawn("BEGIN; SELECT 1; SELECT 2; COMMIT");
     let done = block.join_ok(Duration::from_secs(5));
+    assert!(done.elapsed < Duration::from_secs(2), "waited {:?}", done.elapsed);
+    // run_command_on_*'s connections and the rebalancer's rename themselves
+    // once connected (SET, or SET LOCAL in the block) and serve a caller that
+    // holds its admission and waits for them: they ride too.
+    let mut run_command = c.app("citus_internal gpid=30000000003");
+    run_command.ok("SET application_name TO 'citus_run_command gpid=30000000003'");
+    let done = run_command.spawn("SELECT 1").join_ok(Duration::from_secs(5));
+    assert!(done.elapsed < Duration::from_secs(2), "waited {:?}", done.elapsed);
+    let rebalancer = c
+        .app("citus_internal gpid=40000000003")
+        .spawn("BEGIN; SET LOCAL application_name TO 'citus_rebalancer gpid=40000000003'; SELECT 1; COMMIT");
+    let done = rebalancer.join_ok(Duration::from_secs(5));
     assert!(done.elapsed < Duration::from_secs(2), "waited {:?}", done.elapsed);
     let client = c.app("client").spawn("SELECT 1");
     assert_eq!(c.wait_queued("client"), 1);

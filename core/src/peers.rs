@@ -163,16 +163,20 @@ pub struct Nodes {
     pub by_socket: bool,
 }
 
-/// Whether `from` is one of the nodes. A loopback peer matches any
-/// loopback address: a node registered on one (`localhost`, or a host
-/// name that `/etc/hosts` maps to 127.0.1.1) is reached from 127.0.0.1,
-/// the source address Linux gives every connection into 127.0.0.0/8.
+/// Whether `from` is one of the nodes. A loopback peer is this host, and
+/// so a node whenever the cluster has nodes at all: every node reaches
+/// itself through `citus.local_hostname` (`localhost` by default) for its
+/// rebalancer's commands, `run_command_on_all_nodes` and the executor's
+/// local placeholder, whatever address `pg_dist_node` gives it; and a node
+/// registered on a loopback address is reached from 127.0.0.1, the source
+/// Linux gives every connection into 127.0.0.0/8.
 pub fn is_node(from: Origin, nodes: &Nodes) -> bool {
     match from {
         Origin::Local => nodes.by_socket,
         Origin::Address(ip) => {
             let ip = canonical(ip);
-            nodes.addresses.iter().map(|n| canonical(*n)).any(|n| n == ip || (n.is_loopback() && ip.is_loopback()))
+            (ip.is_loopback() && (nodes.by_socket || !nodes.addresses.is_empty()))
+                || nodes.addresses.iter().any(|n| canonical(*n) == ip)
         }
     }
 }
@@ -309,5 +313,12 @@ mod tests {
         assert!(is_node(at("127.0.0.1"), &hosts));
         assert!(is_node(at("::1"), &hosts));
         assert!(!is_node(at("10.0.0.1"), &hosts));
+        // Nodes registered by their network addresses: a loopback peer is
+        // this host, which reaches itself through citus.local_hostname.
+        let lan = Nodes { addresses: vec![ip("10.0.0.5"), ip("10.0.0.6")], by_socket: false };
+        assert!(is_node(at("127.0.0.1"), &lan));
+        assert!(is_node(at("::1"), &lan));
+        assert!(is_node(at("::ffff:127.0.0.1"), &lan));
+        assert!(!is_node(at("10.0.0.7"), &lan));
     }
 }
