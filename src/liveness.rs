@@ -13,8 +13,10 @@
 //! work), or a synchronous standby; a leader that computes shows no wait
 //! event, and is probed like anyone. A holder with no wait event may be on a CPU, or blocked in a system
 //! call that reports none (dblink on PostgreSQL 15 and 16 waits in libpq's
-//! `poll()`), so once its scope has been quiet for a moment it is probed:
-//! its `/proc/PID/stat` scheduler state and CPU time. Probes cost a file
+//! `poll()`), or asleep in a poll loop that reports none (Citus's
+//! `run_command_on_*`), so once its scope has been quiet for a moment it is
+//! probed: its `/proc/PID/stat` scheduler state and CPU time, which must
+//! show a share of a CPU, not a poller's moments awake. Probes cost a file
 //! read each, and happen only in a scope where nothing has moved for
 //! `progress::PROBE_AFTER_US`, never on a server whose queue moves.
 
@@ -109,10 +111,11 @@ impl Liveness {
         }
     }
 
-    /// Read the CPU state of the holders to probe. A holder on a CPU, in
-    /// disk I/O, or that used CPU time since its last reading works; one
-    /// whose last reading is too recent to tell keeps its last answer, or
-    /// is unverified.
+    /// Read the CPU state of the holders to probe. A holder in disk I/O,
+    /// or that used a fifth of a CPU since its last reading (or is on one
+    /// and used some), works (`progress::probe_works`); one whose last
+    /// reading is too recent to tell keeps its last answer, or is
+    /// unverified.
     fn probe(&mut self, scan: &mut Scan, unverified: &mut [bool; SCOPES], now: i64) {
         let seen: std::collections::HashSet<i32> = scan.to_probe.iter().map(|p| p.0).collect();
         self.probes.retain(|pid, _| seen.contains(pid));
@@ -120,15 +123,15 @@ impl Liveness {
             let Some((state, ticks)) = read_stat(pid) else { continue };
             let works = match self.probes.get_mut(&pid) {
                 Some(p) if now - p.at_us >= PROBE_WINDOW_US || now < p.at_us => {
-                    p.works = Some(progress::probe_works(state, ticks, p.ticks));
+                    p.works = Some(progress::probe_works(state, ticks, p.ticks, now - p.at_us));
                     p.ticks = ticks;
                     p.at_us = now;
                     p.works
                 }
-                Some(p) => p.works.or(matches!(state, 'R' | 'D').then_some(true)),
+                Some(p) => p.works.or(progress::probe_works_now(state)),
                 None => {
                     self.probes.insert(pid, Probe { ticks, at_us: now, works: None });
-                    matches!(state, 'R' | 'D').then_some(true)
+                    progress::probe_works_now(state)
                 }
             };
             for k in [class, GATE] {

@@ -130,11 +130,34 @@ pub fn parse_proc_stat(text: &str) -> Option<(char, u64)> {
     Some((state, utime + stime))
 }
 
+/// Microseconds in one tick of `/proc/PID/stat`'s CPU times (`USER_HZ`,
+/// 100 on Linux whatever the kernel's own tick).
+pub const TICK_US: i64 = 10_000;
+/// The least share of one CPU that a process must have used between two
+/// readings to count as computing: a fifth.
+const SHARE_DIVISOR: i64 = 5;
+
 /// A probe's answer for one process, from two readings of its
-/// `/proc/PID/stat`: on a CPU (or in disk I/O) now, or it used CPU time
-/// since the last reading.
-pub fn probe_works(state: char, ticks: u64, last_ticks: u64) -> bool {
-    matches!(state, 'R' | 'D') || ticks > last_ticks
+/// `/proc/PID/stat` `window_us` apart: in disk I/O now, or it used at
+/// least a fifth of a CPU in between, or it is on a CPU now and used some.
+///
+/// A process that sleeps without a wait event and wakes often to poll
+/// (Citus's `run_command_on_*` waits for its connections in a
+/// `pg_usleep` loop) crosses a tick boundary now and then, and is caught
+/// running at times; counting either alone as work let a handful of such
+/// pollers keep a stuck scope looking busy for seconds at a time, and a
+/// wait cycle through them moved one session per 5-20 s. Computing takes
+/// ticks by the window's worth.
+pub fn probe_works(state: char, ticks: u64, last_ticks: u64, window_us: i64) -> bool {
+    let used_us = (ticks.saturating_sub(last_ticks) as i64).saturating_mul(TICK_US);
+    state == 'D' || used_us.saturating_mul(SHARE_DIVISOR) >= window_us.max(1) || (state == 'R' && ticks > last_ticks)
+}
+
+/// The answer of a first reading, or of one too soon after the last to
+/// compare: only disk I/O tells; a running state may be a poller's
+/// moment awake.
+pub fn probe_works_now(state: char) -> Option<bool> {
+    (state == 'D').then_some(true)
 }
 
 #[cfg(test)]
@@ -260,10 +283,29 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_counts_running_state_or_cpu_time_used() {
-        assert!(probe_works('R', 10, 10));
-        assert!(probe_works('D', 10, 10));
-        assert!(probe_works('S', 11, 10));
-        assert!(!probe_works('S', 10, 10));
+    fn a_probe_counts_disk_io_or_a_share_of_a_cpu_not_a_pollers_moments() {
+        const W: i64 = 100_000;
+        // Disk I/O, or a fifth of a CPU over the window (2 ticks of 10 ms in
+        // 100 ms), whatever the state.
+        assert!(probe_works('D', 10, 10, W));
+        assert!(probe_works('S', 12, 10, W));
+        assert!(probe_works('R', 30, 10, W));
+        // A poller: one tick crossed in the window, asleep or caught awake
+        // without CPU time used.
+        assert!(!probe_works('S', 11, 10, W));
+        assert!(!probe_works('R', 10, 10, W));
+        assert!(!probe_works('S', 10, 10, W));
+        // Awake and using some: on a CPU it shares with others.
+        assert!(probe_works('R', 11, 10, W));
+        // A longer window needs more: 2 ticks in a second is a fiftieth.
+        assert!(!probe_works('S', 12, 10, 10 * W));
+        assert!(probe_works('S', 30, 10, 10 * W));
+        // Ticks that went back (a reused PID) are no work; a zero window is
+        // taken as the shortest.
+        assert!(!probe_works('S', 5, 10, W));
+        assert!(probe_works('S', 11, 10, 0));
+        assert_eq!(probe_works_now('D'), Some(true));
+        assert_eq!(probe_works_now('R'), None);
+        assert_eq!(probe_works_now('S'), None);
     }
 }
