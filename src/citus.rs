@@ -14,9 +14,7 @@
 //! connection rides on the admission of the work it serves, and is not
 //! gated here (`rides`).
 //!
-//! Citus names every executor connection `citus_internal gpid=N`
-//! (`run_command_on_*`'s and the rebalancer's rename themselves
-//! `citus_run_command` and `citus_rebalancer gpid=N`; they ride too). That
+//! Citus names every executor connection `citus_internal gpid=N`. That
 //! name is what Citus itself trusts (it decides that a backend is internal
 //! from its application name alone), and any client can set it. The
 //! peer's address is what a client cannot choose: a session with that
@@ -24,8 +22,8 @@
 //! (`peer`; by default the nodes in `pg_dist_node`). A client connecting
 //! from elsewhere than a node is gated like any other, on the coordinator
 //! and on the workers alike. One on a node's host, connecting from that
-//! address, still passes; README "Running on Citus" says how to narrow
-//! that (pg_hba.conf, `citus_peers`).
+//! address or over loopback, still passes; README "Running on Citus" says
+//! how to narrow that (pg_hba.conf, `citus_peers`).
 //!
 //! A superuser session named as one of Citus's connections between nodes
 //! (Citus's maintenance and deadlock-detection connections, the
@@ -40,7 +38,7 @@ use pgrx::pg_sys;
 /// The application-name prefix of Citus's executor connections.
 const INTERNAL_PREFIX: &[u8] = b"citus_internal gpid=";
 /// The prefixes of every connection Citus opens between nodes (executor,
-/// rebalancer, run_command_on_*).
+/// rebalancer, run_command_on_*), for the superuser rule.
 const ANY_PREFIX: [&[u8]; 3] = [INTERNAL_PREFIX, b"citus_rebalancer gpid=", b"citus_run_command gpid="];
 
 /// The global PID in an application name of the form `<prefix><digits>`,
@@ -64,23 +62,23 @@ fn application_name() -> &'static [u8] {
     }
 }
 
-/// Whether this session is named like one of Citus's connections between
-/// nodes: the executor's, and those of the rebalancer and
-/// `run_command_on_*`, which rename themselves once connected and serve a
-/// caller that holds its admission and waits for them (Citus's own
-/// monitoring views, granted to PUBLIC, call `run_command_on_all_nodes`,
-/// this node included).
+/// Whether this session is named like Citus's executor connections. The
+/// names of `run_command_on_*`'s and the rebalancer's connections do not
+/// ride: `master_run_on_worker`, executable by PUBLIC, opens one connection
+/// per element of the arrays its caller passes, to any node and port
+/// (`localhost` included), each running the caller's SQL; riding, one
+/// admission would start any number of ungated transactions.
 fn named_internal() -> bool {
-    let name = application_name();
-    ANY_PREFIX.iter().any(|p| global_pid(name, p).is_some())
+    global_pid(application_name(), INTERNAL_PREFIX).is_some()
 }
 
 /// Whether this session is a superuser's connection named as one of
 /// Citus's between nodes: never gated. Needs a transaction.
 pub fn is_internal_superuser() -> bool {
+    let name = application_name();
     // SAFETY: superuser() reads the current user's role through syscache,
     // inside a transaction.
-    named_internal() && unsafe { pg_sys::superuser() }
+    ANY_PREFIX.iter().any(|p| global_pid(name, p).is_some()) && unsafe { pg_sys::superuser() }
 }
 
 /// Whether this session is one of Citus's connections between nodes,

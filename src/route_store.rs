@@ -26,31 +26,41 @@ use crate::shmem;
 const FILE: &str = "pg_gatekeeper_routes";
 const TEMP: &str = "pg_gatekeeper_routes.tmp";
 
-fn write(routes: &[Route]) -> std::io::Result<()> {
-    let mut f = fs::File::create(TEMP)?;
-    f.write_all(route_file::encode(routes).as_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(TEMP, FILE)?;
-    fs::File::open(".")?.sync_all()
+/// Write `routes` to the file: what failed, and why, on an error. Called
+/// under the writers' lock; a temporary file left by a failure is removed
+/// before the lock goes, so it cannot take another writer's.
+fn write(routes: &[Route]) -> Result<(), String> {
+    let temp = || -> std::io::Result<()> {
+        let mut f = fs::File::create(TEMP)?;
+        f.write_all(route_file::encode(routes).as_bytes())?;
+        f.sync_all()
+    };
+    if let Err(e) = temp().and_then(|()| fs::rename(TEMP, FILE)) {
+        let _ = fs::remove_file(TEMP);
+        return Err(format!("could not write it: {e}"));
+    }
+    // Renamed: the new routes are in the file; the directory's flush makes
+    // the rename itself survive a crash of the machine.
+    fs::File::open(".")
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("written, but the data directory could not be flushed: {e}"))
 }
 
 /// Write the routes in force to the file, after a change to them. A failure
 /// is a WARNING: the change is made in shared memory and holds until the
-/// server stops, and the message says it will not outlive that.
+/// server stops, and the message says it may not outlive that.
 pub fn save() {
     let result = shmem::with_routes_file_lock(|| {
         let routes = shmem::with_gate_shared(|l| route_file::in_force(l.shapes.entries(), crate::now_us()));
         write(&routes)
     });
-    if let Err(e) = result {
-        let _ = fs::remove_file(TEMP);
+    if let Err(why) = result {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("pg_gatekeeper: could not save the query routes to file \"{FILE}\" in the data directory: {e}"),
+            format!("pg_gatekeeper: could not save the query routes to file \"{FILE}\" in the data directory: {why}"),
             function_name!(),
         )
-        .set_detail("The change is in force until the server stops; the server would start without it.")
+        .set_detail("The change is in force until the server stops; the server may start without it.")
         .set_hint("Fix the cause, then set the route again (or end it) to write the file.")
         .report(PgLogLevel::WARNING);
     }

@@ -7,7 +7,8 @@
 //! name alone, which any client can set; the peer's address is what a
 //! client cannot choose. The setting lists the peers trusted with that
 //! name, pg_hba.conf style:
-//! - `nodes`: the addresses of the nodes in this database's `pg_dist_node`;
+//! - `nodes`: the addresses of the nodes in this database's `pg_dist_node`,
+//!   and loopback peers (this host) while there are any;
 //! - `local`: connections over a Unix-domain socket;
 //! - `*`: any peer;
 //! - an IPv4 or IPv6 address, alone or as a CIDR range (`10.0.0.0/24`).
