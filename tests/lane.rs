@@ -339,10 +339,13 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     want.sort();
     assert_eq!(routes(), want);
 
-    let log = c.log_path();
-    let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
-    assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
-    c.reconnect_admin(Duration::from_secs(30));
+    let restart = || {
+        let log = c.log_path();
+        let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
+        assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
+        c.reconnect_admin(Duration::from_secs(30));
+    };
+    restart();
     assert_eq!(routes(), want, "after a restart");
     assert!(c.log_text().contains(
         "restored 2 query routes from file \"pg_gatekeeper_routes\"; skipped: 1 ended while the server was down"
@@ -368,9 +371,7 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
 
     // Not a routes file: ignored, and the server starts without routes.
     std::fs::write(c.data_dir().join("pg_gatekeeper_routes"), "something else\n").unwrap();
-    let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
-    assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
-    c.reconnect_admin(Duration::from_secs(30));
+    restart();
     assert!(c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\""));
     assert_eq!(routes(), vec![]);
     c.assert_quiet();

@@ -208,6 +208,13 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
     Ok(out)
 }
 
+/// Whether `name` could name a class: what [`parse`] accepts (lower-case
+/// letters, digits and underscores, not starting with a digit, at most
+/// [`MAX_NAME`] bytes).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') && check_name(name).is_ok()
+}
+
 fn check_name(name: &str) -> Result<(), DefinitionError> {
     let first = name.as_bytes()[0];
     if !(first.is_ascii_lowercase() || first == b'_') || name.bytes().any(|b| b.is_ascii_uppercase()) {

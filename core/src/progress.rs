@@ -132,7 +132,7 @@ pub fn parse_proc_stat(text: &str) -> Option<(char, u64)> {
 
 /// Microseconds in one tick of `/proc/PID/stat`'s CPU times (`USER_HZ`,
 /// 100 on Linux whatever the kernel's own tick).
-pub const TICK_US: i64 = 10_000;
+const TICK_US: i64 = 10_000;
 /// The least share of one CPU that a process must have used between two
 /// readings to count as computing: a fifth.
 const SHARE_DIVISOR: i64 = 5;

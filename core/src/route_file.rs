@@ -15,8 +15,8 @@
 //! `until` is on PostgreSQL's timestamp clock, so a route for a while
 //! survives a restart only while it has time left.
 
-use crate::classes::ClassName;
-use crate::shapes::Shape;
+use crate::classes::{self, ClassName};
+use crate::shapes::{Shape, Shapes};
 
 /// The first line of every routes file this version writes and reads.
 pub const HEADER: &str = "pg_gatekeeper routes 1";
@@ -44,7 +44,7 @@ pub struct Decoded {
 pub fn in_force(entries: &[Shape], now_us: i64) -> Vec<Route> {
     entries
         .iter()
-        .filter(|s| s.query_id != 0 && !s.route.is_empty() && (s.route_until_us == 0 || now_us < s.route_until_us))
+        .filter(|s| Shapes::in_use(s) && Shapes::routed_now(s, now_us))
         .map(|s| Route { db: s.db, query_id: s.query_id, class: s.route, until_us: s.route_until_us })
         .collect()
 }
@@ -60,19 +60,12 @@ pub fn encode(routes: &[Route]) -> String {
     out
 }
 
-fn class_name(s: &str) -> Option<ClassName> {
-    let ok = !s.is_empty()
-        && s.len() <= crate::classes::MAX_NAME
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    ok.then(|| ClassName::new(s))
-}
-
 fn line(l: &str) -> Option<Route> {
     let mut f = l.split_ascii_whitespace();
     let r = Route {
         db: f.next()?.parse().ok()?,
         query_id: f.next()?.parse().ok().filter(|&q: &u64| q != 0)?,
-        class: class_name(f.next()?)?,
+        class: f.next().filter(|&c| classes::is_valid_name(c)).map(ClassName::new)?,
         until_us: f.next()?.parse().ok().filter(|&u: &i64| u >= 0)?,
     };
     f.next().is_none().then_some(r)
@@ -104,7 +97,6 @@ pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shapes::Shapes;
 
     fn route(db: u32, q: u64, class: &str, until_us: i64) -> Route {
         Route { db, query_id: q, class: ClassName::new(class), until_us }
@@ -139,11 +131,11 @@ mod tests {
     #[test]
     fn damaged_lines_are_counted_and_a_foreign_file_refused() {
         let text = format!(
-            "{HEADER}\n1 42 long 0\n\n1 0 long 0\n1 43 Long 0\n1 44 long -5\n1 45 long 0 extra\nx 46 long 0\n1 47\n2 48 a_b9 99\n"
+            "{HEADER}\n1 42 long 0\n\n1 0 long 0\n1 43 Long 0\n1 44 long -5\n1 45 long 0 extra\nx 46 long 0\n1 47\n1 49 9a 0\n2 48 a_b9 99\n"
         );
         let d = decode(&text, 1).unwrap();
         assert_eq!(d.routes, vec![route(1, 42, "long", 0), route(2, 48, "a_b9", 99)]);
-        assert_eq!((d.expired, d.bad_lines), (0, 6));
+        assert_eq!((d.expired, d.bad_lines), (0, 7));
         assert!(decode("", 0).unwrap_err().contains("empty"));
         assert!(decode("pg_gatekeeper routes 2\n1 42 long 0\n", 0).unwrap_err().contains("routes 2"));
         let long_name = format!("{HEADER}\n1 42 {} 0\n", "a".repeat(64));
