@@ -152,7 +152,7 @@ impl CpuMeter {
     /// At the end of each window, measure its idle fraction into `idle`.
     pub fn tick(&mut self, now: i64) {
         let (start, before) = self.last.unzip();
-        let ended = match controller::window(start, now, CPU_WINDOW_US) {
+        let ended = match controller::window(start, now, CPU_WINDOW_US, gucs::sample_interval_us()) {
             Window::Open => return,
             Window::Ended(us) => Some(us),
             Window::Restart => None,
@@ -206,9 +206,25 @@ pub fn resolve() -> Resolved {
 
 /// Resolve the settings now in force and apply the limit, the ticket
 /// ceiling, the classes and the hand-off order; what they newly let in is
-/// admitted at once.
+/// admitted at once. The worker's and the postmaster's call.
 /// Returns where to measure the CPUs' idle time (for the worker).
 pub fn apply() -> CpuSource {
+    apply_from(false)
+}
+
+/// A backend's call, for a reload the worker may not have applied
+/// (`session::apply_reloaded_limit`). A backend reads a reload at its next
+/// command, and may reach its next admission long after (a lock wait in
+/// parse analysis, before the gate): by then a newer reload may be in
+/// force, which its settings must not overwrite. A configuration loaded
+/// earlier than the one applied is older or the same, and is skipped. The
+/// worker's calls never skip, so a wall clock stepped back delays nothing
+/// beyond its next pass.
+pub fn apply_unless_superseded() {
+    apply_from(true);
+}
+
+fn apply_from(unless_superseded: bool) -> CpuSource {
     // SAFETY: PgReloadTime is this process's own copy of when its
     // configuration was last loaded; these are the settings applied here.
     let loaded = unsafe { pg_sys::PgReloadTime };
@@ -234,6 +250,10 @@ pub fn apply() -> CpuSource {
     }
     let now = crate::now_us();
     let no_room = shmem::with_gate_waking(|mut l, wake| {
+        // Read under the lock, where every apply records it.
+        if unless_superseded && loaded < shmem::applied_reload().load(std::sync::atomic::Ordering::Relaxed) {
+            return vec![];
+        }
         let (limit, reason) = adaptive::on_reload(r.manual, r.bounds, l.gate.header().limit, l.status.reason());
         l.status.effective_cpus = r.effective_cpus;
         l.status.ceiling = r.ticket_ceiling;
@@ -242,9 +262,8 @@ pub fn apply() -> CpuSource {
             l.status.reason = reason as u8;
             l.status.changed_at_us = now;
         }
-        l.gate.set_limit(limit, r.ticket_ceiling, now, wake);
         l.gate.set_warm_hand_off(gucs::warm_hand_off_ms() as i64 * 1000);
-        let no_room = l.gate.set_classes(&list, now, wake);
+        let no_room = l.gate.configure(limit, r.ticket_ceiling, &list, now, wake);
         // Recorded under the lock, once the gate has these settings: a
         // backend that reads it and so skips applying takes the lock for its
         // admission after this.
@@ -253,7 +272,7 @@ pub fn apply() -> CpuSource {
     });
     for name in no_room {
         pgrx::warning!(
-            "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are in class default until classes dropped from pg_gatekeeper.classes have no sessions left"
+            "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are admitted as with no class until classes dropped from pg_gatekeeper.classes have no sessions left"
         );
     }
     r.cpu_source

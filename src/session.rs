@@ -206,7 +206,7 @@ pub fn apply_reloaded_limit() {
         None => (unsafe { pg_sys::PgReloadTime }) > shmem::applied_reload().load(Ordering::Relaxed),
     };
     if stale {
-        crate::limit::apply();
+        crate::limit::apply_unless_superseded();
     }
 }
 

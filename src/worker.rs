@@ -80,7 +80,7 @@ impl Adapt {
     fn tput(&mut self, now: i64, admitted: u64, holders: u32) -> Option<f64> {
         let ended = admitted.saturating_sub(holders as u64);
         let start = self.window.map(|w| w.0);
-        let tput = match controller::window(start, now, adaptive::WINDOW_US) {
+        let tput = match controller::window(start, now, adaptive::WINDOW_US, gucs::sample_interval_us()) {
             Window::Open => return None,
             // Counters that went back were reset (`gatekeeper.reset()`): the
             // window measured nothing.
@@ -295,7 +295,7 @@ fn sample_and_steer(
         let h = l.gate.header();
         // Which stalled holders are relieved is not recorded; while all of
         // them are, none counts against the tickets.
-        let stalled_count = h.stalled > h.limit;
+        let stalled_count = h.stalled_beyond_relief();
         // Nor which of the long lane's holders are beyond its cap; while
         // some are, the lane's holders count against the tickets.
         let lane_counts = h.lane_excess() > 0;

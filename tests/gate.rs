@@ -516,15 +516,30 @@ fn ten_sessions_never_run_more_than_two_sleeps_at_once() {
 
 #[test]
 fn the_runbook_makes_the_gate_step_aside_at_once() {
-    let c = Cluster::start(ONE_TICKET);
+    // Two places: one held in class default, one in a class capped at one.
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.max_tickets", "2"),
+        ("pg_gatekeeper.classes", "reporting (max_active = 1)"),
+        // The holders idle: the progress guarantee must not let the
+        // parked sessions in before the runbook does.
+        ("pg_gatekeeper.progress_timeout", "1h"),
+    ]);
     let mut h = holder(&c);
-    let parked: Vec<Running> = (0..3).map(|k| c.app(&format!("p{k}")).spawn("SELECT 1")).collect();
-    wait_until("three sessions are parked", Duration::from_secs(5), || c.status().queued() == 3);
-    // The README's runbook, as written there.
+    c.admin_exec("CREATE ROLE rep LOGIN; ALTER ROLE rep SET pg_gatekeeper.class = 'reporting'");
+    let reporting = |name: &str| c.session_as("rep", name);
+    let mut r = reporting("reporter");
+    r.ok("BEGIN; SELECT 1");
+    let mut parked: Vec<Running> = (0..2).map(|k| c.app(&format!("p{k}")).spawn("SELECT 1")).collect();
+    parked.extend((0..2).map(|k| reporting(&format!("r{k}")).spawn("SELECT 1")));
+    wait_until("four sessions are parked", Duration::from_secs(5), || c.status().queued() == 4);
+    // The README's runbook, as written there. Without its classes line the
+    // reporting sessions would stay parked behind their class's cap.
     for sql in [
         "ALTER SYSTEM SET pg_gatekeeper.enabled = off",
         "ALTER SYSTEM SET pg_gatekeeper.max_active = 262143",
         "ALTER SYSTEM SET pg_gatekeeper.max_tickets = 0",
+        "ALTER SYSTEM SET pg_gatekeeper.classes = ''",
         "SELECT pg_reload_conf()",
     ] {
         c.admin_exec(sql);
@@ -533,16 +548,17 @@ fn the_runbook_makes_the_gate_step_aside_at_once() {
         p.join_ok(PROMPT);
     }
     assert_eq!(c.status().queued(), 0);
-    // New transactions skip the gate: a fresh session runs while the holder
-    // still holds its place, and takes no admission.
+    // New transactions skip the gate: a fresh session runs while the
+    // holders still hold their places, and takes no admission.
     let mut n = c.app("new");
     wait_until("a new session's transaction takes no admission", Duration::from_secs(5), || {
         n.ok("BEGIN; SELECT 1");
         let admitted = c.status().admitted();
         n.ok("COMMIT");
-        admitted == 1
+        admitted == 2
     });
     h.ok("COMMIT");
+    r.ok("COMMIT");
     c.assert_quiet();
 }
 

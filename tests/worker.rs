@@ -771,3 +771,36 @@ fn a_reload_applies_while_the_worker_is_away() {
     Cluster::kill(pid, "CONT");
     c.assert_quiet();
 }
+
+/// A backend reads a reload at its next command but applies it only at its
+/// next admission, which a lock wait in parse analysis (before the gate) can
+/// put off past a newer reload: that backend must not bring the older
+/// settings back.
+#[test]
+fn a_backend_does_not_bring_back_a_superseded_reload() {
+    let c = Cluster::start(LIMIT_ONE);
+    c.admin_exec("CREATE TABLE superseded (x int); GRANT SELECT ON superseded TO PUBLIC");
+    let mut a = c.app("late");
+    a.ok("SELECT 1");
+    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 3");
+    c.admin_exec("SELECT pg_reload_conf()");
+    c.wait_status("the worker applies max_active = 3", |s| s.max_active() == 3);
+    // SHOW needs no admission: the backend reads the reload, applies nothing.
+    wait_until("the backend read max_active = 3", Duration::from_secs(5), || {
+        let v: String = a.client.query_one("SHOW pg_gatekeeper.max_active", &[]).unwrap().get(0);
+        v == "3"
+    });
+    let mut locker = c.superuser("locker");
+    locker.ok("BEGIN; LOCK TABLE superseded IN ACCESS EXCLUSIVE MODE");
+    let waiting = a.spawn("SELECT count(*) FROM superseded");
+    c.wait_for_event("late", "relation");
+    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
+    c.admin_exec("SELECT pg_reload_conf()");
+    c.wait_status("the worker applies max_active = 5", |s| s.max_active() == 5);
+    locker.ok("COMMIT");
+    waiting.join_ok(Duration::from_secs(10));
+    // The worker puts the settings in force back within its next pass (up
+    // to 10 s): read at once, before it can.
+    assert_eq!(c.status().max_active(), 5, "the backend's admission re-applied the older reload");
+    c.assert_quiet();
+}

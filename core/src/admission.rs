@@ -211,6 +211,13 @@ impl GateHeader {
     pub fn relieved(&self) -> u32 {
         (self.stalled - self.classes[LONG].stalled).min(self.limit)
     }
+    /// Whether some stalled holders outside the long lane are not relieved
+    /// (more of them than the limit): which ones is not recorded, so then
+    /// each of them counts for the worker's readings. The lane's stalled
+    /// holders are never relieved and do not make others count.
+    pub fn stalled_beyond_relief(&self) -> bool {
+        self.stalled - self.classes[LONG].stalled > self.limit
+    }
     /// Holders that count against the tickets: those outside the long lane
     /// that are not relieved, and the lane's holders beyond its cap.
     pub fn counted(&self) -> u32 {
@@ -408,7 +415,8 @@ impl<'a> Gate<'a> {
     /// (and its totals) across reloads; a class dropped from the setting
     /// keeps serving the sessions it has, with no cap, reserve or weight of
     /// its own, and its entry is freed once it has none. Returns the names
-    /// that found no free entry (their sessions go to `default`); possible
+    /// that found no free entry (their sessions are admitted as with no
+    /// class: `default`, or the lane or a route where the shape says so); possible
     /// only while dropped classes still have sessions.
     pub fn set_classes(
         &mut self,
@@ -416,6 +424,34 @@ impl<'a> Gate<'a> {
         now_us: i64,
         wake: &mut dyn FnMut(usize),
     ) -> Vec<String> {
+        let no_room = self.define_classes(defs);
+        // A raised cap or a new weight may let waiters in.
+        self.pump(now_us, wake);
+        no_room
+    }
+
+    /// Apply one reload's limit, ticket ceiling and classes together, then
+    /// admit what they let in. Admitting between the two steps would use
+    /// half of each: a raised limit would pump under a cap the same reload
+    /// lowers, and a raised cap under a limit it lowers.
+    pub fn configure(
+        &mut self,
+        limit: u32,
+        ceiling: u32,
+        defs: &[(&str, ClassParams)],
+        now_us: i64,
+        wake: &mut dyn FnMut(usize),
+    ) -> Vec<String> {
+        self.h.limit = limit;
+        self.h.tickets = self.h.tickets.clamp(limit, ceiling.max(limit));
+        // Reserves are scaled to the new limit here.
+        let no_room = self.define_classes(defs);
+        self.pump(now_us, wake);
+        no_room
+    }
+
+    /// [`Gate::set_classes`] without admitting anyone.
+    fn define_classes(&mut self, defs: &[(&str, ClassParams)]) -> Vec<String> {
         for (k, c) in self.h.classes.iter_mut().enumerate() {
             if k == DEFAULT || k == LONG || !c.in_use {
                 continue;
@@ -462,8 +498,6 @@ impl<'a> Gate<'a> {
             }
         }
         self.recompute_reserves();
-        // A raised cap or a new weight may let waiters in.
-        self.pump(now_us, wake);
         no_room
     }
 
@@ -1014,7 +1048,10 @@ impl<'a> Gate<'a> {
         let c = &self.h.classes[k];
         let head = c.head as usize;
         let bound = self.h.warm_hand_off_us;
-        if bound > 0 && now_us - self.slots[head].wait_start_us < bound {
+        // A wait that reads negative (the wall clock stepped back) has no
+        // known length: the head's turn, or the stack could last as long
+        // as the step.
+        if bound > 0 && (0..bound).contains(&(now_us - self.slots[head].wait_start_us)) {
             c.tail as usize
         } else {
             head
@@ -1492,6 +1529,25 @@ mod tests {
         assert_eq!(f.release(5, 180), vec![4]);
     }
 
+    /// The wall clock stepped back an hour: the head's wait reads negative,
+    /// and later arrivals queue behind its start. First come, first served
+    /// until the clock catches up, not the newest for an hour.
+    #[test]
+    fn warm_hand_off_serves_the_head_after_the_clock_steps_back() {
+        let mut f = Fixture::new(6, 1);
+        f.gate().set_warm_hand_off(1_000_000);
+        let t0 = 10_000_000_000;
+        let mut g = f.gate();
+        assert_eq!(g.request(0, DEFAULT, t0, 0), Request::Admitted);
+        assert!(matches!(g.request(1, DEFAULT, t0, 0), Request::Queued { .. }));
+        let back = t0 - 3_600_000_000;
+        for (i, t) in [(2, back), (3, back + 10)] {
+            assert!(matches!(g.request(i, DEFAULT, t, 0), Request::Queued { .. }));
+        }
+        assert_eq!(f.release(0, back + 20), vec![1]);
+        assert_eq!(f.release(1, back + 30), vec![2]);
+    }
+
     /// A deterministic random walk over every operation, checking the
     /// invariants after each step and FIFO order of admissions.
     #[test]
@@ -1611,6 +1667,44 @@ mod tests {
         assert_eq!(f.release(0, 3), vec![2]);
     }
 
+    /// One reload that moves the limit and a class's cap in opposite
+    /// directions admits under the new values only, whichever way round.
+    #[test]
+    fn a_reload_admits_under_its_new_limit_and_caps_together() {
+        // Raise the limit, lower the cap: the class stays at its holders.
+        let mut f = Fixture::new(10, 2);
+        let c = define(&mut f, &[params(8, 0, 1)])[0];
+        let mut g = f.gate();
+        g.set_limit(2, 2, 0, &mut |_| {});
+        for i in 0..7 {
+            g.request(i, c, 1 + i as i64, 0);
+        }
+        assert_eq!((g.header().classes[c].admitted, g.header().classes[c].queued), (2, 5));
+        let mut woken = vec![];
+        g.configure(6, 6, &[("c0", params(1, 0, 1))], 10, &mut |i| woken.push(i));
+        g.check().unwrap();
+        assert_eq!(woken, Vec::<usize>::new(), "the reload capped c0 at 1 and it has 2");
+        assert_eq!(g.header().classes[c].admitted, 2);
+        // ... while others take the raised limit's places.
+        assert_eq!(g.request(9, DEFAULT, 20, 0), Request::Admitted);
+
+        // Lower the limit, raise the cap: nobody past the new limit.
+        let mut f = Fixture::new(10, 4);
+        let c = define(&mut f, &[params(1, 0, 1)])[0];
+        let mut g = f.gate();
+        g.request(0, c, 1, 0);
+        g.request(1, DEFAULT, 2, 0);
+        for i in 2..6 {
+            g.request(i, c, 3 + i as i64, 0);
+        }
+        assert_eq!(g.header().classes[c].queued, 4);
+        let mut woken = vec![];
+        g.configure(2, 2, &[("c0", params(8, 0, 1))], 10, &mut |i| woken.push(i));
+        g.check().unwrap();
+        assert_eq!(woken, Vec::<usize>::new(), "the limit is 2 and 2 hold");
+        assert_eq!(g.header().holders, 2);
+    }
+
     #[test]
     fn a_class_queue_has_its_own_max_queued() {
         let mut f = Fixture::new(6, 1);
@@ -1719,6 +1813,25 @@ mod tests {
         }
     }
 
+    /// Stalled holders of the long lane are never relieved: they do not
+    /// make the relieved ones outside it count.
+    #[test]
+    fn stalled_lane_holders_leave_relief_alone() {
+        let mut f = Fixture::new(16, 2);
+        let mut g = f.gate();
+        g.set_classes(&[("long", params(1, 0, 1))], 0, &mut |_| {});
+        g.request(0, LONG, 1, 0);
+        g.request(1, LONG, 1, 0);
+        g.request(2, DEFAULT, 1, 0);
+        for i in [0, 1, 2] {
+            g.set_stalled(i, true, 2, &mut |_| {});
+        }
+        let h = *g.header();
+        assert_eq!((h.stalled, h.relieved()), (3, 1));
+        assert!(!h.stalled_beyond_relief(), "the one stalled outside the lane is relieved");
+        g.check().unwrap();
+    }
+
     #[test]
     fn stalled_holders_give_their_place_up_to_the_limit() {
         let mut f = Fixture::new(8, 2);
@@ -1741,6 +1854,7 @@ mod tests {
         assert_eq!(woken, vec![2, 3]);
         let h = *g.header();
         assert_eq!((h.holders, h.stalled, h.relieved(), h.counted(), h.counters.stalls), (4, 4, 2, 2, 4));
+        assert!(h.stalled_beyond_relief(), "4 stalled, 2 relieved");
         g.check().unwrap();
         // Stalled holders that run again count again: with 0, 1 and 2
         // counted against 2 tickets, the gate is over by one, and admits

@@ -86,8 +86,12 @@ pub enum Window {
     Restart,
 }
 
-/// Where a window of `len` µs that began at `start` stands at `now`.
-pub fn window(start: Option<i64>, now: i64, len: i64) -> Window {
+/// Where a window of `len` µs that began at `start` stands at `now`, for a
+/// caller that looks every `step` µs (the sampling interval). A window is
+/// never shorter than one step: windows shorter than the steps between two
+/// looks would never be seen to end in time, and every one would restart.
+pub fn window(start: Option<i64>, now: i64, len: i64, step: i64) -> Window {
+    let len = len.max(step);
     match start.map(|at| now - at) {
         Some(d) if (0..len).contains(&d) => Window::Open,
         Some(d) if (len..=2 * len).contains(&d) => Window::Ended(d),
@@ -286,12 +290,30 @@ mod tests {
 
     #[test]
     fn windows_open_end_or_restart() {
-        assert_eq!(window(None, 100, 10), Window::Restart);
-        assert_eq!(window(Some(100), 105, 10), Window::Open);
-        assert_eq!(window(Some(100), 110, 10), Window::Ended(10));
-        assert_eq!(window(Some(100), 120, 10), Window::Ended(20));
-        assert_eq!(window(Some(100), 121, 10), Window::Restart, "ran long");
-        assert_eq!(window(Some(100), 99, 10), Window::Restart, "clock stepped back");
+        assert_eq!(window(None, 100, 10, 1), Window::Restart);
+        assert_eq!(window(Some(100), 105, 10, 1), Window::Open);
+        assert_eq!(window(Some(100), 110, 10, 1), Window::Ended(10));
+        assert_eq!(window(Some(100), 120, 10, 1), Window::Ended(20));
+        assert_eq!(window(Some(100), 121, 10, 1), Window::Restart, "ran long");
+        assert_eq!(window(Some(100), 99, 10, 1), Window::Restart, "clock stepped back");
+    }
+
+    /// Looked at every step, windows end, however long the steps.
+    #[test]
+    fn windows_end_when_looked_at_less_often_than_their_length() {
+        for (len, step) in [(500_000, 5_000), (500_000, 1_001_000), (200_000, 401_000), (500_000, 10_000_000)] {
+            let (mut start, mut ended) = (None, 0);
+            for k in 0..100 {
+                let now = k * step;
+                match window(start, now, len, step) {
+                    Window::Open => continue,
+                    Window::Ended(_) => ended += 1,
+                    Window::Restart => {}
+                }
+                start = Some(now);
+            }
+            assert!(ended >= 100 * step / len.max(step) / 2 - 1, "len {len} step {step}: {ended} ended");
+        }
     }
 
     #[test]
