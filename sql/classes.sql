@@ -14,6 +14,10 @@ ALTER SYSTEM SET pg_gatekeeper.classes = 'reporting (weight = 0)';
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.classes = 'reporting (queue_timeout = 5 days)';
 \echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.classes = 'reporting (max_active = +2)';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET pg_gatekeeper.classes = 'long (max_active = 0)';
+\echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.classes = 'a, a';
 \echo :LAST_ERROR_SQLSTATE
 ALTER SYSTEM SET pg_gatekeeper.classes = 'Reporting';

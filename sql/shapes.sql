@@ -23,6 +23,9 @@ SELECT userid::regrole, dbid = (SELECT oid FROM pg_database WHERE datname = curr
 -- Routes: to a class that exists, for a while or for good.
 SELECT queryid AS q FROM gatekeeper.shapes WHERE userid = 'regress_app'::regrole \gset
 SELECT gatekeeper.route_shape(:q, 'long');
+-- A duration past the end of time is for good, as NULL is.
+SELECT gatekeeper.route_shape(:q, 'long', '100000000 years');
+SELECT routed_to, routed_until FROM gatekeeper.shapes WHERE queryid = :q;
 SELECT gatekeeper.route_shape(:q, 'default', '1 hour');
 SELECT routed_to, routed_until > now() AS for_a_while FROM gatekeeper.shapes WHERE queryid = :q;
 SELECT gatekeeper.unroute_shape(:q);
@@ -45,6 +48,14 @@ SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
 \c - regress_app
 SELECT 1 AS app_query;
 \c - postgres
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+-- A session's class that is not defined is no class: the route applies.
+SELECT gatekeeper.route_shape(:q, 'long');
+ALTER ROLE regress_app SET pg_gatekeeper.class = 'undefined_class';
+\c - regress_app
+SELECT 1 AS app_query;
+\c - postgres
+ALTER ROLE regress_app RESET pg_gatekeeper.class;
 SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
 SELECT gatekeeper.unroute_shape(:q);
 

@@ -81,10 +81,12 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let lane_mode = gucs::long_lane();
     let (req, limit, class, unknown) = gucs::with_class_name(|name| {
         let (req, limit, class) = shmem::with_gate(|mut l| {
-            // An explicit class wins over the shape's lane.
-            let index = if !name.is_empty() {
-                l.gate.class_index(name)
-            } else {
+            // An explicit class wins over the shape's lane; one that is not
+            // defined is no class at all, and the shape decides as for a
+            // session with none.
+            let explicit = (!name.is_empty()).then(|| l.gate.class_index(name)).flatten();
+            let known = name.is_empty() || explicit.is_some();
+            let index = explicit.unwrap_or_else(|| {
                 // Counted as routed only where it is sent along its route or
                 // into the lane (or, in dry run, would have been): not to
                 // default for want of the route's class, nor with the lane off.
@@ -100,10 +102,8 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 if routed {
                     l.shapes.count_routed(db, query_id);
                 }
-                Some(index)
-            };
-            let known = index.is_some();
-            let index = index.unwrap_or(DEFAULT);
+                index
+            });
             let r = l.gate.request(slot, index, now, max_queued);
             let c = &l.gate.header().classes[index];
             (r, l.gate.header().limit, Class { name: c.name, params: c.params, known })
@@ -160,7 +160,8 @@ static WARNED_CLASS: BackendLocal<std::cell::RefCell<String>> =
     BackendLocal::new(std::cell::RefCell::new(String::new()));
 
 /// Say once per session and name, in the server log, that the session's
-/// class is not defined. It is never an error: the session is in `default`.
+/// class is not defined. It is never an error: the session is admitted as
+/// one with no class.
 ///
 /// Call it with no borrow held and nothing half done: PostgreSQL serves
 /// pending interrupts at the end of every message it logs, and the ERROR
@@ -173,7 +174,7 @@ fn warn_unknown_class(name: &str) {
     });
     if fresh {
         pgrx::log!(
-            "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes; its transactions are admitted in class default",
+            "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes; its transactions are admitted as a session's with no class",
             // SAFETY: MyProcPid is set at process start.
             unsafe { pg_sys::MyProcPid }
         );

@@ -125,7 +125,7 @@ pub fn init() {
     GucRegistry::define_bool_guc(
         c"pg_gatekeeper.enabled",
         c"Gate this session's transactions through the admission queue.",
-        c"Only superusers may turn it off for their own session; the cluster default applies to everyone else.",
+        c"Only superusers may change it: for their own session, or per role or database with ALTER ROLE/DATABASE ... SET.",
         &ENABLED,
         GucContext::Suset,
         GucFlags::default(),
@@ -201,7 +201,7 @@ pub fn init() {
         );
         GucRegistry::define_string_guc_with_hooks(
             c"pg_gatekeeper.class",
-            c"This session's admission class (empty or unknown = default).",
+            c"This session's admission class (empty or undefined: none, and the query's shape decides: default, the long lane or a route).",
             c"Set it per role or database with ALTER ROLE/DATABASE ... SET; only superusers can change it.",
             &CLASS,
             GucContext::Suset,
@@ -213,8 +213,8 @@ pub fn init() {
     }
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.stall_timeout",
-        c"A holder whose statement has run this long, lock waits included, stops counting as running (0 = never).",
-        c"Its place goes to the queue; it keeps its admission. At most max_active stalled holders stop counting at once.",
+        c"A holder whose statement has run this long and is waiting (on a lock, I/O, a sleep, another server) stops counting as running (0 = never).",
+        c"Its place goes to the queue; it keeps its admission. At most max_active stalled holders stop counting at once. With long_lane on, one that computed this long is not relieved: it ran long (the long lane).",
         &STALL_TIMEOUT,
         0,
         i32::MAX,
@@ -490,7 +490,9 @@ fn bump_limit_generation() {
 
 /// The roles listed in `exempt_roles`, parsed as PostgreSQL identifiers.
 /// Allocates; call it only when exemption must be decided again.
-pub fn exempt_roles() -> Vec<String> {
+/// The role names as PostgreSQL's catalogs hold them: bytes in the
+/// database's encoding, which need not be UTF-8.
+pub fn exempt_roles() -> Vec<std::ffi::CString> {
     EXEMPT_ROLES.get().and_then(|s| split_identifiers(&s)).unwrap_or_default()
 }
 
@@ -516,7 +518,7 @@ pub fn citus_peers_generation() -> u64 {
 
 /// Split a comma-separated identifier list the way PostgreSQL does
 /// (`SplitIdentifierString`: quoting, case folding). `None` if malformed.
-fn split_identifiers(s: &CStr) -> Option<Vec<String>> {
+fn split_identifiers(s: &CStr) -> Option<Vec<std::ffi::CString>> {
     // SplitIdentifierString scribbles on its input: give it a palloc'd copy.
     // SAFETY: pstrdup copies a NUL-terminated string into the current memory
     // context; SplitIdentifierString only reads and modifies that copy and
@@ -531,7 +533,7 @@ fn split_identifiers(s: &CStr) -> Option<Vec<String>> {
             for k in 0..n {
                 let cell = (*list).elements.add(k as usize);
                 let name = CStr::from_ptr((*cell).ptr_value as *const std::ffi::c_char);
-                out.push(name.to_string_lossy().into_owned());
+                out.push(name.to_owned());
             }
         }
         if !list.is_null() {
@@ -674,7 +676,7 @@ unsafe extern "C-unwind" fn check_class(
     // SAFETY: called as a string check hook.
     let name = unsafe { proposed(newval) };
     // A name that no definition could ever carry is refused; a well-formed
-    // name that is not defined (now) falls back to default at admission.
+    // name that is not defined (now) counts as no class at admission.
     if name.is_empty() || classes::parse(&name).is_ok_and(|d| d.len() == 1 && d[0].name == name) {
         return true;
     }
@@ -682,7 +684,7 @@ unsafe extern "C-unwind" fn check_class(
     unsafe {
         refuse(
             &format!("\"{name}\" is not a valid class name."),
-            c"Class names are lower-case letters, digits and underscores, starting with a letter or an underscore, as defined in pg_gatekeeper.classes.",
+            c"Class names are lower-case letters, digits and underscores, starting with a letter or an underscore, at most 63 bytes, as defined in pg_gatekeeper.classes.",
         )
     }
 }

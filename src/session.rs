@@ -340,8 +340,7 @@ pub fn role_is_exempt(role: pg_sys::Oid) -> bool {
             return true;
         }
         for name in gucs::exempt_roles() {
-            let Ok(c) = std::ffi::CString::new(name) else { continue };
-            let oid = pg_sys::get_role_oid(c.as_ptr(), true);
+            let oid = pg_sys::get_role_oid(name.as_ptr(), true);
             // The _nosuper variant: is_member_of_role counts a superuser as a
             // member of every role, which would exempt superusers through
             // exempt_roles while exempt_superusers is off.

@@ -108,7 +108,12 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
                     "Leave it NULL to route for good; gatekeeper.unroute_shape() ends a route.",
                 );
             }
-            crate::now_us().saturating_add(us.min(i64::MAX as i128) as i64)
+            // 'infinity' (PostgreSQL 17+), or any duration past the end of
+            // time, is for good, as NULL is.
+            match crate::now_us().saturating_add(us.min(i64::MAX as i128) as i64) {
+                i64::MAX => 0,
+                t => t,
+            }
         }
     };
     let now = crate::now_us();
@@ -129,6 +134,12 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
             "Define the class in pg_gatekeeper.classes and reload, or see gatekeeper.classes.",
         ),
         Err(Some(RouteError::NoQueryId)) => unreachable!("query id 0 was refused above"),
+        Err(Some(RouteError::NoRoom)) if gucs::max_shapes() == 0 => fail(
+            PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+            format!("no room for a route of query {queryid}"),
+            "The shape table is off (pg_gatekeeper.max_shapes = 0): it keeps no shape and no route.".into(),
+            "Set pg_gatekeeper.max_shapes above 0 and restart the server.",
+        ),
         Err(Some(RouteError::NoRoom)) => fail(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
             format!("no room for a route of query {queryid}"),

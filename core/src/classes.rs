@@ -115,17 +115,29 @@ impl<'a> Lexer<'a> {
         std::str::from_utf8(&self.s[start..self.at]).unwrap_or_default()
     }
     /// A value: everything up to a separator, so that "-1" or "5d" is
-    /// reported whole rather than cut at the first odd character.
+    /// reported whole rather than cut at the first odd character. A number
+    /// followed by a word takes the word along ("30 s", as PostgreSQL's
+    /// own settings accept).
     fn value(&mut self) -> &'a str {
         self.skip_ws();
         let start = self.at;
+        self.run();
+        let number = self.at > start && self.s[start..self.at].iter().all(u8::is_ascii_digit);
+        let end = self.at;
+        if number && self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
+            self.run();
+        } else {
+            self.at = end;
+        }
+        std::str::from_utf8(&self.s[start..self.at]).unwrap_or_default()
+    }
+    fn run(&mut self) {
         while self.at < self.s.len()
             && !matches!(self.s[self.at], b',' | b')' | b'(')
             && !self.s[self.at].is_ascii_whitespace()
         {
             self.at += 1;
         }
-        std::str::from_utf8(&self.s[start..self.at]).unwrap_or_default()
     }
     fn found(&mut self) -> String {
         match self.peek() {
@@ -183,6 +195,11 @@ pub fn parse(text: &str) -> Result<Vec<ClassDef>, DefinitionError> {
                 }
             }
         }
+        if name == LONG_CLASS && seen.contains(&"max_active") && params.max_active == 0 {
+            return err(format!(
+                "class \"{LONG_CLASS}\": max_active must be at least 1: the long lane's holders take no ticket, so its cap is all that bounds them"
+            ));
+        }
         if params.max_active > 0 && params.reserve > params.max_active {
             return err(format!(
                 "class \"{name}\": reserve ({}) is larger than max_active ({})",
@@ -229,8 +246,10 @@ fn check_name(name: &str) -> Result<(), DefinitionError> {
 }
 
 fn number(class: &str, key: &str, value: &str, max: u64) -> Result<u64, DefinitionError> {
+    // Digits only: Rust's parse would also take a leading '+'.
+    let digits = value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<u64>() {
-        Ok(n) if n <= max => Ok(n),
+        Ok(n) if digits && n <= max => Ok(n),
         _ if value.is_empty() => err(format!("class \"{class}\": {key} needs a value")),
         _ => err(format!("class \"{class}\": invalid value \"{value}\" for {key} (a whole number from 0 to {max})")),
     }
@@ -240,6 +259,7 @@ fn number(class: &str, key: &str, value: &str, max: u64) -> Result<u64, Definiti
 pub fn parse_duration_ms(value: &str) -> Option<u64> {
     let split = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
     let (digits, unit) = value.split_at(split);
+    let unit = unit.trim_start();
     let n: u64 = digits.parse().ok()?;
     let scale = match unit {
         "" | "ms" => 1,
@@ -332,6 +352,9 @@ mod tests {
         assert_eq!(d[0].name, "reporting");
         assert_eq!(d[0].params, ClassParams { max_active: 2, queue_timeout_ms: 30_000, ..ClassParams::default() });
         assert_eq!(d[1].params, ClassParams { reserve: 4, weight: 3, ..ClassParams::default() });
+        // A unit may stand apart from its number, as in PostgreSQL's settings.
+        let spaced = parse("reporting (queue_timeout = 30 s , max_active = 2)").unwrap();
+        assert_eq!(spaced[0].params, ClassParams { max_active: 2, queue_timeout_ms: 30_000, ..ClassParams::default() });
     }
 
     #[test]
@@ -356,6 +379,8 @@ mod tests {
         assert_eq!(parse_duration_ms("2s"), Some(2000));
         assert_eq!(parse_duration_ms("3min"), Some(180_000));
         assert_eq!(parse_duration_ms("1h"), Some(3_600_000));
+        assert_eq!(parse_duration_ms("30 s"), Some(30_000));
+        assert_eq!(parse_duration_ms("+30s"), None);
         assert_eq!(parse_duration_ms("1d"), None);
         assert_eq!(parse_duration_ms("s"), None);
         assert_eq!(parse_duration_ms("9999999h"), None);
@@ -370,6 +395,10 @@ mod tests {
             ("a (weight = 0)", "weight must be at least 1"),
             ("a (weight = 1001)", "invalid value \"1001\" for weight"),
             ("a (max_active = -1)", "invalid value \"-1\" for max_active"),
+            ("a (max_active = +2)", "invalid value \"+2\" for max_active"),
+            ("a (max_active = 2 s)", "invalid value \"2 s\" for max_active"),
+            ("long (max_active = 0)", "max_active must be at least 1"),
+            ("a (queue_timeout = 30 s s)", "expected \",\" or \")\""),
             ("a (max_active = )", "max_active needs a value"),
             ("a (max_active = 2, reserve = 3)", "reserve (3) is larger than max_active (2)"),
             ("a (queue_timeout = 5d)", "invalid value \"5d\" for queue_timeout"),

@@ -92,8 +92,9 @@ fn net(entry: &str) -> Result<Peer, String> {
     let max = if ip.is_ipv4() { 32 } else { 128 };
     let bits = match bits {
         None => max,
+        // Digits only: Rust's parse would also take a leading '+'.
         Some(b) => match b.parse::<u8>() {
-            Ok(n) if n <= max => n,
+            Ok(n) if n <= max && b.bytes().all(|c| c.is_ascii_digit()) => n,
             _ => return Err(format!("\"{entry}\": the prefix length must be 0 to {max}.")),
         },
     };
@@ -234,6 +235,7 @@ mod tests {
             ("10.0.0.0/33", "0 to 32"),
             ("::/129", "0 to 128"),
             ("10.0.0.0/-1", "0 to 32"),
+            ("10.0.0.0/+24", "0 to 32"),
             ("10.0.0.0/", "0 to 32"),
             ("10.0.0/8", "is not an IP address"),
             ("all", "is not an IP address"),
