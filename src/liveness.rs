@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 
+use gatekeeper_core::admission::LONG;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::progress::{self, ScopeSample, Verdict, Watch};
 use gatekeeper_core::GateHeader;
@@ -95,7 +96,7 @@ impl Liveness {
             // The gate holds back sessions of classes below their cap; a
             // class's cap holds back the rest.
             let (blocked, admitted) = if k == GATE {
-                (h.holds_back(), h.counters.admitted)
+                (h.holds_back(), h.admitted_outside_lane())
             } else {
                 (h.held_at_cap(k), h.classes[k].counters.admitted)
             };
@@ -155,8 +156,8 @@ impl Liveness {
             (0..batch).map_while(|_| l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))).collect()
         });
         self.watches[scope].admitted_by_batch(admitted.len() as u32);
-        // A class's admissions are the gate's too.
-        if scope != GATE {
+        // A class's admissions are the gate's too, but for the lane's.
+        if scope != GATE && scope != LONG {
             self.watches[GATE].admitted_by_batch(admitted.len() as u32);
         }
         // Every admitted session is woken before the first log line: a log

@@ -287,3 +287,37 @@ fn computing_holders_keep_the_queue_waiting() {
     assert_eq!(c.status().int("overflow_total"), before, "nobody admitted over the limit");
     c.assert_quiet();
 }
+
+/// Transactions in the long lane take no place from the gate's queue, so a
+/// stream of them does not move it: a session parked behind a holder that
+/// does nothing is admitted by the guarantee all the same.
+#[test]
+fn a_stream_of_lane_transactions_does_not_hide_a_stuck_gate() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.classes", "long (max_active = 1)"),
+    ]);
+    // A shape routed into the lane: the only one `app` has run yet.
+    let mut lane = c.app("lane");
+    lane.ok("SELECT 'lane'::text");
+    wait_until("the lane's shape is recorded", Duration::from_secs(5), || {
+        c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE userid = 'app'::regrole") == 1
+    });
+    c.admin_exec(
+        "SELECT gatekeeper.route_shape((SELECT queryid FROM gatekeeper.shapes WHERE userid = 'app'::regrole), 'long')",
+    );
+    // The only place, held by a transaction that idles.
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("SELECT 1");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stream = lane.looping("SELECT 'lane'::text", &stop);
+    c.wait_status("the lane admits", |s| s.int("admitted_total") > 20);
+    let w = c.app("W").spawn("SELECT 2");
+    w.join_ok(STUCK_BOUND);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stream.join_ok(Duration::from_secs(10));
+    a.ok("COMMIT");
+    c.assert_quiet();
+}

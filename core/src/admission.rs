@@ -277,6 +277,13 @@ impl GateHeader {
         self.counted() >= self.tickets
             && (0..MAX_CLASSES).any(|k| k != LONG && self.classes[k].queued > 0 && self.below_cap(k))
     }
+    /// Admissions since the last reset outside the long lane: what moves the
+    /// gate's own queue. The lane's holders take no place from it, so a
+    /// stream of lane admissions says nothing about a session waiting there
+    /// (the progress guarantee's gate-wide scope, docs/DESIGN.md §13).
+    pub fn admitted_outside_lane(&self) -> u64 {
+        self.counters.admitted.saturating_sub(self.classes[LONG].counters.admitted)
+    }
 }
 
 /// One backend's entry. Lives in shared memory; plain data.
@@ -1811,6 +1818,40 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A stream of admissions into the long lane does not move the gate's
+    /// own queue: the progress guarantee, judging the gate-wide scope on
+    /// `admitted_outside_lane`, still finds it stuck behind a holder that
+    /// does nothing.
+    #[test]
+    fn lane_admissions_do_not_hide_a_stuck_gate() {
+        use crate::progress::{ScopeSample, Verdict, Watch};
+        let mut f = Fixture::new(4, 1);
+        f.gate().set_classes(&[("long", params(1, 0, 1))], 0, &mut |_| {});
+        let mut g = f.gate();
+        assert_eq!(g.request(0, DEFAULT, 0, 0), Request::Admitted);
+        assert!(matches!(g.request(1, DEFAULT, 0, 0), Request::Queued { .. }));
+        let mut watch = Watch::default();
+        let mut stuck_at = None;
+        // A lane transaction every 100 ms, for 3 s; samples every 50 ms.
+        for step in 0..60i64 {
+            let now = step * 50_000;
+            let mut g = f.gate();
+            if step % 2 == 0 {
+                assert_eq!(g.request(2, LONG, now, 0), Request::Admitted);
+            } else {
+                assert!(g.release(2, now, &mut |_| {}));
+            }
+            let h = *g.header();
+            let sample =
+                ScopeSample { blocked: h.holds_back(), admitted: h.admitted_outside_lane(), ..Default::default() };
+            if let Verdict::Stuck { .. } = watch.observe(now, sample, 1_000_000, h.limit) {
+                stuck_at.get_or_insert(now);
+            }
+        }
+        assert_eq!(f.gate().header().counters.admitted, 31, "the lane moved all along");
+        assert!(stuck_at.is_some_and(|t| t <= 1_100_000), "stuck at {stuck_at:?}");
     }
 
     /// Stalled holders of the long lane are never relieved: they do not
