@@ -79,11 +79,22 @@ pub struct Scan {
     to_probe: Vec<(i32, usize, bool)>,
     /// Some holder showing no wait event was not probed.
     unprobed: [bool; SCOPES],
+    /// Whether a probe reading is kept, and so `holders` collected.
+    keeps_probes: bool,
+    /// Every holder's PID, while some probe reading is kept.
+    holders: Vec<i32>,
 }
 
 impl Liveness {
     pub fn scan(&self) -> Scan {
-        Scan { probing: self.probing, working: [false; SCOPES], to_probe: vec![], unprobed: [false; SCOPES] }
+        Scan {
+            probing: self.probing,
+            working: [false; SCOPES],
+            to_probe: vec![],
+            unprobed: [false; SCOPES],
+            keeps_probes: !self.probes.is_empty(),
+            holders: vec![],
+        }
     }
 
     /// Finish a sample: probe, judge each scope, and admit the head of any
@@ -118,7 +129,11 @@ impl Liveness {
     /// reading is too recent to tell keeps its last answer, or is
     /// unverified.
     fn probe(&mut self, scan: &mut Scan, unverified: &mut [bool; SCOPES], now: i64) {
-        let seen: std::collections::HashSet<i32> = scan.to_probe.iter().map(|p| p.0).collect();
+        // A reading is kept while its process holds an admission, whatever
+        // it shows now: a holder that shows a wait event at some samples
+        // and none at others would otherwise start afresh at each, and
+        // stay unverified (no verdict of stuck) for as long as it does so.
+        let seen: std::collections::HashSet<i32> = scan.holders.iter().copied().collect();
         self.probes.retain(|pid, _| seen.contains(pid));
         for &(pid, class, counts) in &scan.to_probe {
             let Some((state, ticks)) = read_stat(pid) else { continue };
@@ -187,6 +202,9 @@ impl Scan {
     /// not a relieved stalled holder).
     pub fn holder(&mut self, wait: u32, pid: i32, class: usize, counts: bool) {
         let class = class.min(MAX_CLASSES - 1);
+        if self.keeps_probes {
+            self.holders.push(pid);
+        }
         let scopes = [Some(class), counts.then_some(GATE)];
         match shows(wait) {
             Shows::Work => scopes.into_iter().flatten().for_each(|k| self.working[k] = true),
