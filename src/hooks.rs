@@ -82,15 +82,17 @@ unsafe extern "C-unwind" fn gk_before_planner(parse: *mut pg_sys::Query) -> bool
 
 /// Before the executor starts (every execution, prepared ones included).
 /// Returns true when the statement runs without an admission: a monitoring
-/// query, or EXPLAIN without ANALYZE (it runs nothing).
+/// query. EXPLAIN without ANALYZE is admitted like any statement: starting
+/// the executor runs the plan's initial partition pruning, which evaluates
+/// stable functions, the user's too (`EXPLAIN EXECUTE` of a cached plan,
+/// which no planner hook sees first).
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::QueryDesc, eflags: i32) -> bool {
+unsafe extern "C-unwind" fn gk_before_executor_start(query_desc: *mut pg_sys::QueryDesc, _eflags: i32) -> bool {
     let mut free = false;
     if needs_admission() {
-        let explain_only = eflags & pg_sys::EXEC_FLAG_EXPLAIN_ONLY as i32 != 0;
         // SAFETY: PostgreSQL passes a valid QueryDesc.
-        if explain_only || unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
+        if unsafe { monitor::is_monitoring_plan((*query_desc).plannedstmt) } {
             free = true;
         } else {
             // SAFETY: a QueryDesc being started has its PlannedStmt; this is

@@ -52,6 +52,24 @@ static int	gk_free_depth = 0;
  */
 bool		gk_settled = false;
 
+/*
+ * The query id of the statement that asked for this transaction's
+ * admission, until that statement has started (its ExecutorStart, or its
+ * utility, returned): written by the Rust side (session.rs) at admission,
+ * cleared here. A transaction's shape is learnt only once its statement
+ * started: one that failed its permission checks, in a subtransaction
+ * rolled back before long work, must not teach another role's shape that
+ * it ran long. 0: none pending.
+ */
+uint64		gk_shape_pending = 0;
+
+static inline void
+gk_statement_started(uint64 query_id)
+{
+	if (gk_shape_pending != 0 && query_id == gk_shape_pending)
+		gk_shape_pending = 0;
+}
+
 static PlannedStmt *
 gk_call_planner(Query *parse, const char *query_string, int cursor_options, ParamListInfo bound_params)
 {
@@ -95,6 +113,7 @@ gk_executor_start(QueryDesc *queryDesc, int eflags)
 	if (!gk_before_executor_start(queryDesc, eflags))
 	{
 		gk_call_executor_start(queryDesc, eflags);
+		gk_statement_started((uint64) queryDesc->plannedstmt->queryId);
 		return;
 	}
 	gk_free_depth++;
@@ -138,6 +157,7 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	gk_statement_started((uint64) pstmt->queryId);
 	gk_after_utility(action);
 }
 

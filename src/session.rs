@@ -71,6 +71,9 @@ unsafe extern "C" {
     /// the hooks that only decide admission (the planner's, the object
     /// access hook's) return without calling into Rust.
     static mut gk_settled: bool;
+    /// The query id of the statement that asked for this transaction's
+    /// admission, until it has started (hooks_shim.c clears it then).
+    static mut gk_shape_pending: u64;
 }
 
 /// Publish [`settled`] to the shim; called wherever `admitted` or `passed`
@@ -168,12 +171,19 @@ pub fn computed_long(shape: &Shaped, now_us: i64, stall_us: i64) -> bool {
 /// ([`set_admitted`]). A statement with no query id leaves no shape.
 pub fn set_shape(db: u32, query_id: u64) {
     let shaped = (query_id != 0).then_some(Shaped { db, query_id, admitted_us: 0, cpu: None });
+    // SAFETY: a plain C global of this backend's, written from its one
+    // thread; the shim only compares and clears it.
+    unsafe { gk_shape_pending = query_id };
     LOCAL.with(|l| l.shape.set(shaped));
 }
 
-/// The shape of the transaction that ends, once.
+/// The shape of the transaction that ends, once, if the statement that
+/// asked for its admission started: one that failed before (its permission
+/// checks, in a subtransaction that was rolled back) teaches nothing.
 pub fn take_shape() -> Option<Shaped> {
-    LOCAL.with(|l| l.shape.take())
+    // SAFETY: as in `set_shape`.
+    let started = unsafe { std::mem::replace(&mut *std::ptr::addr_of_mut!(gk_shape_pending), 0) } == 0;
+    LOCAL.with(|l| l.shape.take()).filter(|_| started)
 }
 
 /// A statement starts, or goes on, in an admitted transaction: keep the run

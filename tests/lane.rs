@@ -376,3 +376,37 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     assert_eq!(routes(), vec![]);
     c.assert_quiet();
 }
+
+/// A transaction's shape is learnt only once its first statement started:
+/// a statement that fails its permission checks in a savepoint, rolled
+/// back before long work, must not send another role's shape to the lane.
+#[test]
+fn a_statement_that_never_started_teaches_its_shape_nothing() {
+    let c = start(&[]);
+    c.admin_exec("CREATE TABLE secret (x int); INSERT INTO secret VALUES (1)");
+    let mut a = c.app("attacker");
+    a.ok("BEGIN");
+    a.ok("SAVEPOINT s");
+    let denied = a.exec("SELECT count(*) FROM secret");
+    assert_eq!(common::sqlstate(&denied).as_deref(), Some("42501"), "{denied:?}");
+    a.ok("ROLLBACK TO s");
+    // Long by its CPU clock, in the transaction admitted for the denied read.
+    a.ok("SELECT burn(0.4)");
+    a.ok("COMMIT");
+    let long = c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE lane = 'long'");
+    assert_eq!(
+        long,
+        0,
+        "shapes: {:?}",
+        c.admin_query("SELECT queryid, userid::regrole::text, lane FROM gatekeeper.shapes", &[])
+            .iter()
+            .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1), r.get::<_, String>(2)))
+            .collect::<Vec<_>>()
+    );
+    // The same block with a statement that starts does teach it.
+    a.ok("BEGIN");
+    a.ok("SELECT burn(0.4)");
+    a.ok("COMMIT");
+    assert_eq!(burn_shape(&c).map(|s| s.0).as_deref(), Some("long"));
+    c.assert_quiet();
+}
