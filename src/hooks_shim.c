@@ -57,9 +57,10 @@ bool		gk_settled = false;
  * admission, until that statement has started (its ExecutorStart, or its
  * utility, returned): written by the Rust side (session.rs) at admission,
  * cleared here. A transaction's shape is learnt only once its statement
- * started: one that failed its permission checks, in a subtransaction
- * rolled back before long work, must not teach another role's shape that
- * it ran long. 0: none pending.
+ * started: one that failed its permission checks at ExecutorStart, in a
+ * subtransaction rolled back before long work, must not teach another
+ * role's shape that it ran long. (This narrows, and does not close, a
+ * role's way to another's shape: docs/DESIGN.md §15.) 0: none pending.
  */
 uint64		gk_shape_pending = 0;
 
@@ -153,6 +154,12 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 	}
 	PG_CATCH();
 	{
+		/*
+		 * It ran, and failed: a long CALL, CREATE INDEX or COPY that hit
+		 * statement_timeout teaches its shape, as a planned statement that
+		 * fails after its ExecutorStart does.
+		 */
+		gk_statement_started((uint64) pstmt->queryId);
 		gk_utility_failed(action);
 		PG_RE_THROW();
 	}

@@ -410,3 +410,19 @@ fn a_statement_that_never_started_teaches_its_shape_nothing() {
     assert_eq!(burn_shape(&c).map(|s| s.0).as_deref(), Some("long"));
     c.assert_quiet();
 }
+
+/// A utility that ran long and then failed teaches its shape, as a planned
+/// statement that fails after it started does (a CALL that hit
+/// statement_timeout is the case that matters).
+#[test]
+fn a_utility_that_ran_long_and_failed_teaches_its_shape() {
+    let c = start(&[]);
+    c.admin_exec(
+        "CREATE PROCEDURE burn_then_fail() LANGUAGE plpgsql AS $$ BEGIN PERFORM burn(0.4); RAISE EXCEPTION 'late'; END $$;
+         GRANT EXECUTE ON PROCEDURE burn_then_fail() TO app;",
+    );
+    let failed = c.app("caller").exec("CALL burn_then_fail()");
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(burn_shape(&c).map(|s| (s.0, s.1)), Some(("long".to_string(), 1)));
+    c.assert_quiet();
+}
