@@ -182,7 +182,11 @@ pub fn set_shape(db: u32, query_id: u64) {
 /// checks, in a subtransaction that was rolled back) teaches nothing.
 pub fn take_shape() -> Option<Shaped> {
     // SAFETY: as in `set_shape`.
-    let started = unsafe { std::mem::replace(&mut *std::ptr::addr_of_mut!(gk_shape_pending), 0) } == 0;
+    let started = unsafe {
+        let pending = gk_shape_pending;
+        gk_shape_pending = 0;
+        pending == 0
+    };
     LOCAL.with(|l| l.shape.take()).filter(|_| started)
 }
 

@@ -782,9 +782,7 @@ fn a_backend_does_not_bring_back_a_superseded_reload() {
     c.admin_exec("CREATE TABLE superseded (x int); GRANT SELECT ON superseded TO PUBLIC");
     let mut a = c.app("late");
     a.ok("SELECT 1");
-    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 3");
-    c.admin_exec("SELECT pg_reload_conf()");
-    c.wait_status("the worker applies max_active = 3", |s| s.max_active() == 3);
+    c.set_conf(&[("pg_gatekeeper.max_active", "3")]);
     // SHOW needs no admission: the backend reads the reload, applies nothing.
     wait_until("the backend read max_active = 3", Duration::from_secs(5), || {
         let v: String = a.client.query_one("SHOW pg_gatekeeper.max_active", &[]).unwrap().get(0);
@@ -794,9 +792,7 @@ fn a_backend_does_not_bring_back_a_superseded_reload() {
     locker.ok("BEGIN; LOCK TABLE superseded IN ACCESS EXCLUSIVE MODE");
     let waiting = a.spawn("SELECT count(*) FROM superseded");
     c.wait_for_event("late", "relation");
-    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
-    c.admin_exec("SELECT pg_reload_conf()");
-    c.wait_status("the worker applies max_active = 5", |s| s.max_active() == 5);
+    c.set_conf(&[("pg_gatekeeper.max_active", "5")]);
     locker.ok("COMMIT");
     waiting.join_ok(Duration::from_secs(10));
     // The worker puts the settings in force back within its next pass (up

@@ -449,9 +449,7 @@ impl<'a> Gate<'a> {
         now_us: i64,
         wake: &mut dyn FnMut(usize),
     ) -> Vec<String> {
-        self.h.limit = limit;
-        self.h.tickets = self.h.tickets.clamp(limit, ceiling.max(limit));
-        // Reserves are scaled to the new limit here.
+        self.put_limit(limit, ceiling);
         let no_room = self.define_classes(defs);
         self.pump(now_us, wake);
         no_room
@@ -742,10 +740,15 @@ impl<'a> Gate<'a> {
     /// Set the limit and the ticket count. Tickets are kept within
     /// `[limit, max(ceiling, limit)]`; raising them admits waiters at once.
     pub fn set_limit(&mut self, limit: u32, ceiling: u32, now_us: i64, wake: &mut dyn FnMut(usize)) {
+        self.put_limit(limit, ceiling);
+        self.pump(now_us, wake);
+    }
+
+    /// [`Gate::set_limit`] without admitting anyone.
+    fn put_limit(&mut self, limit: u32, ceiling: u32) {
         self.h.limit = limit;
         self.recompute_reserves();
-        let t = self.h.tickets.clamp(limit, ceiling.max(limit));
-        self.set_tickets(t, now_us, wake);
+        self.h.tickets = self.h.tickets.clamp(limit, ceiling.max(limit));
     }
 
     /// Set the ticket count (never below the limit) and admit what now fits.
