@@ -51,7 +51,7 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'reset_shapes_wrapper';
 
 CREATE VIEW gatekeeper.shapes AS SELECT * FROM gatekeeper.shapes();
-COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (database and query id of a transaction''s first statement) with its lane and route';
+COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (role, database and query id of a transaction''s first statement) with its lane, and one per route in force';
 GRANT SELECT ON gatekeeper.shapes TO PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.route_shape(bigint, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.unroute_shape(bigint) FROM PUBLIC;

@@ -3,12 +3,13 @@
 \set VERBOSITY default
 SELECT gatekeeper.reset_shapes(true);
 
--- Two gated roles each run a transaction: one shape each (and the view
--- query of regress_other, which is gated too: it is not in pg_monitor).
+-- Two gated roles each run the same query: one shape each, since a
+-- shape is a role's (and the view query of regress_other, which is gated
+-- too: it is not in pg_monitor).
 \c - regress_app
 SELECT 1 AS app_query;
 \c - regress_other
-SELECT 1 AS other_query, 2;
+SELECT 1 AS app_query;
 
 -- A role sees its own query ids only; pg_read_all_stats sees them all.
 SELECT count(*) AS shapes, count(queryid) AS visible FROM gatekeeper.shapes;
@@ -19,18 +20,21 @@ SELECT userid::regrole, dbid = (SELECT oid FROM pg_database WHERE datname = curr
        queryid <> 0 AS has_id, lane, routed_to, runs, long_runs, routed_total, mean_time_ms >= 0 AS timed,
        last_run <= now() AS seen, entered_lane
   FROM gatekeeper.shapes ORDER BY userid::regrole::text;
+SELECT count(DISTINCT queryid) AS query_ids FROM gatekeeper.shapes;
 
--- Routes: to a class that exists, for a while or for good.
+-- Routes: to a class that exists, for a while or for good. A route is a
+-- row of its own, for every role: its userid and lane are NULL.
 SELECT queryid AS q FROM gatekeeper.shapes WHERE userid = 'regress_app'::regrole \gset
 SELECT gatekeeper.route_shape(:q, 'long');
 -- A duration past the end of time is for good, as NULL is.
 SELECT gatekeeper.route_shape(:q, 'long', '100000000 years');
-SELECT routed_to, routed_until FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT userid, lane, routed_to, routed_until FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 SELECT gatekeeper.route_shape(:q, 'default', '1 hour');
-SELECT routed_to, routed_until > now() AS for_a_while FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT routed_to, routed_until > now() AS for_a_while FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 SELECT gatekeeper.unroute_shape(:q);
 SELECT gatekeeper.unroute_shape(:q);
-SELECT routed_to FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT count(*) FILTER (WHERE userid IS NULL) AS routes, count(*) FILTER (WHERE userid IS NOT NULL) AS shapes
+  FROM gatekeeper.shapes WHERE queryid = :q;
 
 -- A route counts where it is followed: not once its class is gone (the
 -- transaction then runs in default).
@@ -41,14 +45,14 @@ SELECT gatekeeper.route_shape(:q, 'rep');
 \c - regress_app
 SELECT 1 AS app_query;
 \c - postgres
-SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 ALTER SYSTEM RESET pg_gatekeeper.classes;
 SELECT pg_reload_conf();
 SELECT regress.wait_for('SELECT count(*) = 2 FROM gatekeeper.classes');
 \c - regress_app
 SELECT 1 AS app_query;
 \c - postgres
-SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 -- A session's class that is not defined is no class: the route applies.
 SELECT gatekeeper.route_shape(:q, 'long');
 ALTER ROLE regress_app SET pg_gatekeeper.class = 'undefined_class';
@@ -56,7 +60,7 @@ ALTER ROLE regress_app SET pg_gatekeeper.class = 'undefined_class';
 SELECT 1 AS app_query;
 \c - postgres
 ALTER ROLE regress_app RESET pg_gatekeeper.class;
-SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q;
+SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 SELECT gatekeeper.unroute_shape(:q);
 
 -- Bad input.

@@ -76,8 +76,9 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
-    // SAFETY: MyDatabaseId is set once the backend connected.
-    let db = u32::from(unsafe { pg_sys::MyDatabaseId });
+    // SAFETY: MyDatabaseId is set once the backend connected; GetUserId
+    // reads a backend-local variable.
+    let (db, user) = unsafe { (u32::from(pg_sys::MyDatabaseId), u32::from(pg_sys::GetUserId())) };
     let lane_mode = gucs::long_lane();
     let (req, limit, class, unknown) = gucs::with_class_name(|name| {
         let (req, limit, class) = shmem::with_gate(|mut l| {
@@ -90,7 +91,8 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 // Counted as routed only where it is sent along its route or
                 // into the lane (or, in dry run, would have been): not to
                 // default for want of the route's class, nor with the lane off.
-                let (index, routed) = match l.shapes.lane(db, query_id, now) {
+                let lane = l.shapes.lane(db, user, query_id, now);
+                let (index, routed) = match lane {
                     Lane::Routed(c) => l.gate.class_index(c.as_str()).map_or((DEFAULT, false), |k| (k, true)),
                     Lane::Long => match lane_mode {
                         gucs::LongLane::On => (LONG, true),
@@ -100,7 +102,7 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                     Lane::Short => (DEFAULT, false),
                 };
                 if routed {
-                    l.shapes.count_routed(db, query_id);
+                    l.shapes.count_routed(db, user, query_id, lane);
                 }
                 index
             });
@@ -114,7 +116,7 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
         let unknown = (!class.known).then(|| name.to_string());
         (req, limit, class, unknown)
     });
-    session::set_shape(db, query_id);
+    session::set_shape(db, user, query_id);
     match req {
         Request::Admitted => session::set_admitted(true),
         Request::Rejected { queued, full } => {
@@ -315,8 +317,6 @@ pub fn release() {
     let slot = session::slot();
     let now = crate::now_us();
     let shape = session::take_shape();
-    // SAFETY: GetUserId reads a backend-local variable.
-    let user = u32::from(unsafe { pg_sys::GetUserId() });
     // It ran long if it computed past stall_timeout, or if the worker saw
     // it working (on a CPU or on I/O) that long. With stall_timeout = 0
     // nothing is long.
@@ -326,28 +326,28 @@ pub fn release() {
         let change = shape.and_then(|s| {
             let ran_long = computed_long || l.gate.slot(slot).long_run;
             let held_us = (now - s.admitted_us).max(0) as u64;
-            l.shapes.record(s.db, s.query_id, user, held_us, ran_long, now).map(|c| (c, s.db, s.query_id))
+            l.shapes.record(s.db, s.user, s.query_id, held_us, ran_long, now).map(|c| (c, s))
         });
         l.gate.release(slot, now, wake);
         change
     });
-    if let Some((change, db, query_id)) = change {
-        log_lane_change(change, db, query_id);
+    if let Some((change, s)) = change {
+        log_lane_change(change, &s);
     }
 }
 
-/// Say in the server log that a shape entered or left the long lane.
-fn log_lane_change(change: Change, db: u32, query_id: u64) {
-    let query_id = query_id as i64;
+/// Say in the server log that a role's shape entered or left the long lane.
+fn log_lane_change(change: Change, s: &session::Shaped) {
+    let (query_id, user, db) = (s.query_id as i64, s.user, s.db);
     match (change, gucs::long_lane()) {
         (Change::Entered, gucs::LongLane::On) => pgrx::log!(
-            "pg_gatekeeper: query {query_id} of database {db} ran long; its transactions are admitted in the long lane"
+            "pg_gatekeeper: query {query_id} of role {user} in database {db} ran long; its transactions are admitted in the long lane"
         ),
         (Change::Entered, gucs::LongLane::DryRun) => pgrx::log!(
-            "pg_gatekeeper: query {query_id} of database {db} ran long; its transactions would be admitted in the long lane (long_lane = dry_run)"
+            "pg_gatekeeper: query {query_id} of role {user} in database {db} ran long; its transactions would be admitted in the long lane (long_lane = dry_run)"
         ),
         (Change::Left, _) => pgrx::log!(
-            "pg_gatekeeper: query {query_id} of database {db} ran short {} times in a row; it leaves the long lane",
+            "pg_gatekeeper: query {query_id} of role {user} in database {db} ran short {} times in a row; it leaves the long lane",
             gatekeeper_core::shapes::LEAVE_AFTER
         ),
         _ => {}

@@ -374,7 +374,7 @@ pub fn init() {
     GucRegistry::define_int_guc(
         c"pg_gatekeeper.max_shapes",
         c"Number of query shapes the gate remembers (0 = none).",
-        c"A shape is a database and the query id of a transaction's first gated statement; the least recently seen are evicted.",
+        c"A shape is a role, a database and the query id of a transaction's first gated statement (a route by hand takes one too); the least recently seen are evicted.",
         &MAX_SHAPES,
         0,
         1_000_000,

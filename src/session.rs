@@ -137,6 +137,8 @@ pub fn set_admitted(v: bool) {
 #[derive(Clone, Copy)]
 pub struct Shaped {
     pub db: u32,
+    /// The role admitted (`GetUserId()` then): whose shape learns.
+    pub user: u32,
     pub query_id: u64,
     pub admitted_us: i64,
     /// Where its CPU time is counted from (`None` with stall relief off).
@@ -169,8 +171,8 @@ pub fn computed_long(shape: &Shaped, now_us: i64, stall_us: i64) -> bool {
 /// Remember the shape of the transaction asking for admission (see
 /// `gate::release`); its clocks start when it is admitted
 /// ([`set_admitted`]). A statement with no query id leaves no shape.
-pub fn set_shape(db: u32, query_id: u64) {
-    let shaped = (query_id != 0).then_some(Shaped { db, query_id, admitted_us: 0, cpu: None });
+pub fn set_shape(db: u32, user: u32, query_id: u64) {
+    let shaped = (query_id != 0).then_some(Shaped { db, user, query_id, admitted_us: 0, cpu: None });
     // SAFETY: a plain C global of this backend's, written from its one
     // thread; the shim only compares and clears it.
     unsafe { gk_shape_pending = query_id };

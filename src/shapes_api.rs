@@ -1,10 +1,11 @@
 //! The SQL surface of query shapes (docs/DESIGN.md §15): the view
 //! `gatekeeper.shapes` and the functions that route, unroute and forget
-//! shapes. Like pg_stat_statements, a role sees the query ids of the shapes
-//! it last ran, and all of them with the privileges of pg_read_all_stats.
+//! shapes. Like pg_stat_statements, a role sees the query ids of its own
+//! shapes, and all of them (routes too) with the privileges of
+//! pg_read_all_stats.
 
 use gatekeeper_core::classes::ClassName;
-use gatekeeper_core::shapes::{RouteError, Shape, Shapes};
+use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -27,15 +28,17 @@ fn current_db() -> u32 {
     u32::from(unsafe { pg_sys::MyDatabaseId })
 }
 
-/// One row per shape the gate remembers.
+/// One row per role's shape the gate remembers, and one per route in force
+/// (its `userid` and `lane` NULL: a route is for every role and learns
+/// nothing).
 #[pg_extern(name = "shapes", parallel_restricted)]
 fn shapes() -> TableIterator<
     'static,
     (
-        name!(userid, pg_sys::Oid),
+        name!(userid, Option<pg_sys::Oid>),
         name!(dbid, pg_sys::Oid),
         name!(queryid, Option<i64>),
-        name!(lane, &'static str),
+        name!(lane, Option<&'static str>),
         name!(routed_to, Option<String>),
         name!(routed_until, Option<TimestampWithTimeZone>),
         name!(runs, i64),
@@ -48,7 +51,7 @@ fn shapes() -> TableIterator<
 > {
     let now = crate::now_us();
     let rows: Vec<Shape> =
-        shmem::with_gate_shared(|l| l.shapes.entries().iter().filter(|s| Shapes::in_use(s)).copied().collect());
+        shmem::with_gate_shared(|l| l.shapes.entries().iter().filter(|s| Shapes::in_use(s, now)).copied().collect());
     // SAFETY: GetUserId reads a backend-local variable; has_privs_of_role
     // reads the catalogs, outside the lock.
     let (me, all) = unsafe {
@@ -56,13 +59,13 @@ fn shapes() -> TableIterator<
         (me, pg_sys::has_privs_of_role(me, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS)))
     };
     TableIterator::new(rows.into_iter().map(move |s| {
-        let user = pg_sys::Oid::from(s.user);
+        let user = (s.user != ANY_ROLE).then(|| pg_sys::Oid::from(s.user));
         let routed = Shapes::routed_now(&s, now);
         (
             user,
             pg_sys::Oid::from(s.db),
-            (all || user == me).then_some(s.query_id as i64),
-            if s.long { "long" } else { "short" },
+            (all || user == Some(me)).then_some(s.query_id as i64),
+            user.map(|_| if s.long { "long" } else { "short" }),
             routed.then(|| s.route.as_str().to_string()),
             (routed && s.route_until_us != 0).then(|| ts(s.route_until_us)).flatten(),
             s.runs as i64,
@@ -75,9 +78,10 @@ fn shapes() -> TableIterator<
     }))
 }
 
-/// Route the transactions that start with query `queryid` in this database
-/// to class `class` (`long` for the long lane, `default` to keep them out
-/// of it), for `duration` or, when it is NULL, for good. Revoked from PUBLIC.
+/// Route the transactions that start with query `queryid` in this database,
+/// of every role, to class `class` (`long` for the long lane, `default` to
+/// keep them out of it), for `duration` or, when it is NULL, for good.
+/// Revoked from PUBLIC.
 #[pg_extern(name = "route_shape", parallel_unsafe)]
 fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Option<Interval>, "NULL")) {
     let (Some(queryid), Some(class)) = (queryid, class) else {
@@ -179,7 +183,7 @@ fn reset_shapes(routes: default!(bool, "false")) {
 extension_sql!(
     r#"
 CREATE VIEW gatekeeper.shapes AS SELECT * FROM gatekeeper.shapes();
-COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (database and query id of a transaction''s first statement) with its lane and route';
+COMMENT ON VIEW gatekeeper.shapes IS 'pg_gatekeeper: one row per query shape (role, database and query id of a transaction''s first statement) with its lane, and one per route in force';
 GRANT SELECT ON gatekeeper.shapes TO PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.route_shape(bigint, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION gatekeeper.unroute_shape(bigint) FROM PUBLIC;

@@ -44,7 +44,7 @@ pub struct Decoded {
 pub fn in_force(entries: &[Shape], now_us: i64) -> Vec<Route> {
     entries
         .iter()
-        .filter(|s| Shapes::in_use(s) && Shapes::routed_now(s, now_us))
+        .filter(|s| Shapes::routed_now(s, now_us))
         .map(|s| Route { db: s.db, query_id: s.query_id, class: s.route, until_us: s.route_until_us })
         .collect()
 }
@@ -112,7 +112,7 @@ mod tests {
         t.route(6, 9, ClassName::new("long"), 0, 10).unwrap();
         assert!(t.unroute(6, 9, 10));
         // A shape the gate learned, with no route, is not written.
-        t.record(6, 11, 10, 4_000_000, true, 10);
+        t.record(6, 10, 11, 4_000_000, true, 10);
         let mut want = vec![route(5, u64::MAX, "long", 0), route(5, 7, "reports_2", 5_000), route(6, 8, "default", 20)];
         let mut got = in_force(t.entries(), 15);
         got.sort_by_key(|r| r.query_id);
