@@ -87,7 +87,9 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             // session with none.
             let explicit = (!name.is_empty()).then(|| l.gate.class_index(name)).flatten();
             let known = name.is_empty() || explicit.is_some();
-            let index = explicit.unwrap_or_else(|| {
+            // Pinned: the class was chosen for it (its own, or a route's),
+            // and the worker will not move it into the lane.
+            let (index, pinned) = explicit.map(|k| (k, true)).unwrap_or_else(|| {
                 // Counted as routed only where it is sent along its route or
                 // into the lane (or, in dry run, would have been): not to
                 // default for want of the route's class, nor with the lane off.
@@ -104,9 +106,9 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 if routed {
                     l.shapes.count_routed(db, user, query_id, lane);
                 }
-                index
+                (index, routed && matches!(lane, Lane::Routed(_)))
             });
-            let r = l.gate.request(slot, index, now, max_queued);
+            let r = l.gate.request_pinned(slot, index, pinned, now, max_queued);
             let c = &l.gate.header().classes[index];
             (r, l.gate.header().limit, Class { name: c.name, params: c.params, known })
         });

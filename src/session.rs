@@ -40,7 +40,7 @@ struct Local {
     /// The statement start (PostgreSQL's statement timestamp) last written
     /// to our run start, so that each statement writes it once.
     last_statement: Cell<i64>,
-    /// This transaction's shape (database, query id of its first gated
+    /// This transaction's shape (database, role, query id of its first gated
     /// statement), and when it was admitted, by the clock and by this
     /// process's CPU time: recorded when it ends.
     shape: Cell<Option<Shaped>>,

@@ -338,7 +338,7 @@ fn sample_and_steer(
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
                 changes.push((i, s.admitted_at_us, Act::RanLong));
             }
-            if lane_on && long && computes && s.class as usize == DEFAULT {
+            if lane_on && long && computes && s.class as usize == DEFAULT && !s.pinned {
                 changes.push((i, s.admitted_at_us, Act::ToLane));
             }
             if stalled != s.stalled {

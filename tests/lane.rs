@@ -336,6 +336,70 @@ fn another_roles_long_runs_leave_a_shape_out_of_the_lane() {
     c.assert_quiet();
 }
 
+/// A route to `default` keeps a query out of the lane while it runs too:
+/// the worker does not move a holder whose class was chosen for it, and the
+/// session queued behind it waits for it. Without the route, the same
+/// holder is moved (the control).
+#[test]
+fn a_holder_routed_to_default_is_not_moved_into_the_lane() {
+    let c = start(&[("pg_gatekeeper.max_active", "1")]);
+    let class_of = |name: &str| -> Option<String> {
+        c.admin_query("SELECT class FROM gatekeeper.sessions WHERE application_name = $1", &[&name])
+            .first()
+            .and_then(|r| r.get(0))
+    };
+    let burn = |secs: f64| {
+        let burner = c.app("burner").spawn(&format!("SELECT burn({secs:.1})"));
+        wait_until("the burner is admitted", Duration::from_secs(10), || {
+            c.session("burner").is_some_and(|s| s.state == "active")
+        });
+        burner
+    };
+    // Control: its first run, unknown, is admitted in default and moved.
+    let burner = burn(3.0);
+    wait_until("the worker moves the burner into the lane", Duration::from_secs(10), || {
+        class_of("burner").as_deref() == Some("long")
+    });
+    burner.join_ok(Duration::from_secs(10));
+    // Routed to default: it stays there, and the waiter waits for it.
+    let q = burn_queryid(&c);
+    c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'default')"));
+    let burner = burn(1.5);
+    let waiter = c.app("waiter").spawn("SELECT 1");
+    wait_until("the waiter queues", Duration::from_secs(10), || {
+        c.session("waiter").is_some_and(|s| s.state == "queued")
+    });
+    // One read of the slots per poll: while the burner holds its place, it
+    // is in default and the waiter queued.
+    let mut polls = 0;
+    loop {
+        let rows: std::collections::HashMap<String, (String, Option<String>)> = c
+            .admin_query(
+                "SELECT application_name, state, class FROM gatekeeper.sessions
+                  WHERE application_name IN ('burner', 'waiter')",
+                &[],
+            )
+            .iter()
+            .map(|r| (r.get(0), (r.get(1), r.get(2))))
+            .collect();
+        let Some((state, class)) = rows.get("burner").filter(|(state, _)| state == "active") else {
+            break;
+        };
+        assert_eq!(class.as_deref(), Some("default"), "the routed holder was moved ({state})");
+        assert_eq!(
+            rows.get("waiter").map(|w| w.0.as_str()),
+            Some("queued"),
+            "the waiter got in while the routed holder computed"
+        );
+        polls += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(polls >= 10, "the routed holder was watched for only {polls} polls");
+    burner.join_ok(Duration::from_secs(1));
+    waiter.join_ok(Duration::from_secs(10));
+    c.assert_quiet();
+}
+
 /// A route needs an entry of the shapes table: with every entry a query id
 /// may use holding a route (one entry in all here), another route is
 /// refused with 53400 and a hint; with `max_shapes = 0`, every route is.
@@ -428,8 +492,8 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
 /// A transaction's shape is learnt only once its first statement started:
 /// a statement that fails its permission checks in a savepoint, rolled
 /// back before long work, teaches nothing about a statement that never
-/// ran. (Before shapes were keyed by role, this sent the owner's shape to
-/// the lane.)
+/// ran. (Before this check, and before shapes were keyed by role, it sent
+/// the owner's shape to the lane.)
 #[test]
 fn a_statement_that_never_started_teaches_its_shape_nothing() {
     let c = start(&[]);

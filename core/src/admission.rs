@@ -302,6 +302,10 @@ pub struct Slot {
     pub long_run: bool,
     /// Index in the class table of the class of the current or last request.
     pub class: u8,
+    /// That class was chosen for it (the session's own class, or a route
+    /// by hand): the worker never moves it into the long lane
+    /// ([`Gate::move_to_lane`]).
+    pub pinned: bool,
     /// Links: in its class's queue while queued, in the holders' list
     /// while admitted (a slot is never in both), [`NIL`] otherwise.
     prev: u32,
@@ -541,6 +545,13 @@ impl<'a> Gate<'a> {
     /// changing nothing (the glue only asks for idle slots; this keeps a
     /// mistake from linking a slot into a queue twice).
     pub fn request(&mut self, i: usize, class: usize, now_us: i64, max_queued: u32) -> Request {
+        self.request_pinned(i, class, false, now_us, max_queued)
+    }
+
+    /// [`Gate::request`], saying whether the class was chosen for this
+    /// transaction (`pinned`: the session's own class or a route by hand)
+    /// rather than fallen back on: a pinned holder stays in its class.
+    pub fn request_pinned(&mut self, i: usize, class: usize, pinned: bool, now_us: i64, max_queued: u32) -> Request {
         match self.slots[i].state {
             SlotState::Admitted => return Request::Admitted,
             SlotState::Queued => {
@@ -550,6 +561,7 @@ impl<'a> Gate<'a> {
         }
         let c = if class < MAX_CLASSES && self.h.classes[class].in_use { class } else { DEFAULT };
         self.slots[i].class = c as u8;
+        self.slots[i].pinned = pinned;
         // The long lane takes no ticket to admit: only its cap decides (the
         // places it takes beyond the cap count once taken).
         let place = c == LONG || self.place_free();
@@ -705,10 +717,12 @@ impl<'a> Gate<'a> {
     /// it stops taking a ticket and counts against the lane's cap instead,
     /// so its ticket goes to the queue. Returns whether it moved. A holder
     /// that cannot move keeps counting where it is: computing is never
-    /// relieved (docs/DESIGN.md §15).
+    /// relieved (docs/DESIGN.md §15). One whose class was chosen for it
+    /// ([`Slot::pinned`]: `default` by the session's own class or by a
+    /// route) does not move.
     pub fn move_to_lane(&mut self, i: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         let s = self.slots[i];
-        if s.state != SlotState::Admitted || s.class as usize != DEFAULT || !self.h.below_cap(LONG) {
+        if s.state != SlotState::Admitted || s.class as usize != DEFAULT || s.pinned || !self.h.below_cap(LONG) {
             return false;
         }
         if s.stalled {
@@ -2137,6 +2151,29 @@ mod tests {
         }
         let running = g.header().holders - g.header().relieved();
         assert_eq!(running, 5, "tickets 4 plus the lane's cap of 1");
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn a_holder_whose_class_was_chosen_stays_in_it() {
+        // The session's own class `default`, or a route to it: computing,
+        // it keeps counting there, and the waiter keeps waiting.
+        let mut f = Fixture::new(4, 1);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        assert_eq!(g.request_pinned(0, DEFAULT, true, 1, 0), Request::Admitted);
+        assert_eq!(g.request(1, DEFAULT, 1, 0), Request::Queued { position: 1 });
+        assert!(!g.move_to_lane(0, 2, &mut |_| {}));
+        assert_eq!(g.slot(0).class as usize, DEFAULT);
+        assert_eq!(g.header().classes[LONG].admitted, 0);
+        g.check().unwrap();
+        // Its next transaction, not pinned, moves as any other.
+        assert!(g.release(0, 3, &mut |_| {}));
+        assert_eq!(g.request(0, DEFAULT, 3, 0), Request::Queued { position: 1 });
+        assert!(g.release(1, 4, &mut |_| {}));
+        assert!(g.is_admitted(0));
+        assert!(!g.slot(0).pinned);
+        assert!(g.move_to_lane(0, 5, &mut |_| {}));
         g.check().unwrap();
     }
 

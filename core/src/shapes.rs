@@ -160,10 +160,12 @@ impl<'a> Shapes<'a> {
             return None;
         }
         let i = self.window(db, user, query_id).filter(|&i| !self.e[i].routed(now_us)).min_by_key(|&i| {
-            if self.e[i].query_id == 0 {
+            let e = &self.e[i];
+            // Free: never used, or an ended route's (it holds nothing).
+            if e.query_id == 0 || e.user == ANY_ROLE {
                 i64::MIN
             } else {
-                self.e[i].last_us
+                e.last_us
             }
         })?;
         self.e[i] = Shape { query_id, db, user, last_us: now_us, ..Shape::default() };
@@ -257,6 +259,10 @@ impl<'a> Shapes<'a> {
         }
         let i = self.find_or_take(db, ANY_ROLE, query_id, now_us).ok_or(RouteError::NoRoom)?;
         let s = &mut self.e[i];
+        if !s.routed(now_us) {
+            // An ended route's entry: a new route counts from nothing.
+            *s = Shape { query_id, db, user: ANY_ROLE, last_us: now_us, ..Shape::default() };
+        }
         s.route = class;
         s.route_until_us = until_us;
         s.last_us = s.last_us.max(now_us);
@@ -398,6 +404,36 @@ mod tests {
         assert_eq!(t.lane(1, 10, 5, 3_000), Lane::Long);
         assert!(t.find(1, ANY_ROLE, 5).is_none());
         assert_eq!(t.route(1, 0, reports, 0, 1), Err(RouteError::NoQueryId));
+    }
+
+    #[test]
+    fn an_ended_routes_entry_is_free_and_a_new_route_counts_from_nothing() {
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        let c = ClassName::new("c");
+        // A role's shape seen at 1, a route set at 2 that ends at 5.
+        t.record(1, 10, 7, 1, false, 1);
+        t.route(1, 5, c, 5, 2).unwrap();
+        t.count_routed(1, 10, 5, Lane::Routed(c));
+        for q in 100..100 + PROBE as u64 - 2 {
+            t.record(1, 10, q, 1, false, 3);
+        }
+        // The table is full: a new shape takes the ended route's entry,
+        // not the least recently seen shape.
+        t.record(1, 10, 999, 1, false, 6);
+        assert!(t.find(1, ANY_ROLE, 5).is_none());
+        assert!(t.find(1, 10, 7).is_some());
+        // Set again after it ended, a route counts from nothing.
+        let mut v = table(64);
+        let mut t = Shapes::new(&mut v);
+        t.route(1, 5, c, 5, 2).unwrap();
+        t.count_routed(1, 10, 5, Lane::Routed(c));
+        t.route(1, 5, c, 0, 6).unwrap();
+        assert_eq!(t.entries()[t.find(1, ANY_ROLE, 5).unwrap()].routed, 0);
+        // While in force, set again: the same route, its count kept.
+        t.count_routed(1, 10, 5, Lane::Routed(c));
+        t.route(1, 5, ClassName::new("d"), 0, 7).unwrap();
+        assert_eq!(t.entries()[t.find(1, ANY_ROLE, 5).unwrap()].routed, 1);
     }
 
     #[test]
