@@ -145,6 +145,13 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 {
 	int			action = gk_before_utility(pstmt);
 
+	/*
+	 * Read before the call: a utility that commits or rolls back inside it
+	 * (CALL, DO) may free its own statement (pg_stat_statements says the
+	 * same of pstmt).
+	 */
+	const uint64 query_id = (uint64) pstmt->queryId;
+
 	PG_TRY();
 	{
 		if (prev_process_utility)
@@ -159,12 +166,12 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		 * statement_timeout teaches its shape, as a planned statement that
 		 * fails after its ExecutorStart does.
 		 */
-		gk_statement_started((uint64) pstmt->queryId);
+		gk_statement_started(query_id);
 		gk_utility_failed(action);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	gk_statement_started((uint64) pstmt->queryId);
+	gk_statement_started(query_id);
 	gk_after_utility(action);
 }
 
