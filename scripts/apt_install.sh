@@ -3,7 +3,8 @@
 # Installs the packages that are not installed yet. A fresh machine may be
 # running its own apt jobs (apt-daily, unattended-upgrades) that hold dpkg's
 # lock, and a mirror may have moved on since the last `apt-get update`: so it
-# waits for the lock, refreshes the index first, and tries 3 times.
+# waits for the lock, refreshes the index first, and tries 3 times. A changed
+# configuration file keeps the machine's version, without a prompt.
 apt_install() {
   local missing=() p try
   for p in "$@"; do
@@ -14,6 +15,7 @@ apt_install() {
   for try in 1 2 3; do
     if DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 update &&
        DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o DPkg::Lock::Timeout=600 \
+         -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
          install "${missing[@]}" >/dev/null; then
       return 0
     fi

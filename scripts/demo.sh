@@ -12,7 +12,7 @@ BIN=$PG_BINDIR
 DEMO=${DEMO_DIR:-/var/tmp/pg_gatekeeper-demo-$PG_MAJOR}
 PORT=${DEMO_PORT:-$((5484 + PG_MAJOR))}
 
-bash scripts/deps.sh "$PG_MAJOR"
+bash scripts/deps.sh --build-only "$PG_MAJOR"
 echo "== building and installing pg_gatekeeper (release) for PostgreSQL $PG_MAJOR"
 bash scripts/install.sh "$PG_MAJOR" --release
 
@@ -31,7 +31,14 @@ if [ -f "$DEMO/data/PG_VERSION" ]; then
 else
   mkdir -p "$DEMO" && chown postgres: "$DEMO"
   cluster_init "$DEMO" "$PORT" "# pg_gatekeeper demo" "shared_preload_libraries = 'pg_gatekeeper'" \
-    "listen_addresses = '127.0.0.1'" "max_connections = 300"
+    "max_connections = 300"
+fi
+# The cluster trusts whoever reaches it (initdb -A trust): only through its
+# socket, in a directory that only postgres (and root) may enter. A demo of
+# an earlier version also listened on 127.0.0.1: no more.
+chmod 700 "$DEMO"
+if grep -q "^listen_addresses = '127.0.0.1'" "$DEMO/data/postgresql.conf"; then
+  echo "listen_addresses = ''" >>"$DEMO/data/postgresql.conf"
 fi
 cluster_start "$DEMO"
 cluster_psql "$DEMO" postgres -d postgres \
@@ -44,7 +51,9 @@ pg_gatekeeper demo cluster is running (data: $DEMO/data, log: $DEMO/server.log).
   Connect as a superuser (exempt from the gate by default):
     psql -h $DEMO -p $PORT -U postgres
   Connect as a gated role:
-    psql -h 127.0.0.1 -p $PORT -U app postgres
+    psql -h $DEMO -p $PORT -U app postgres
+  (Only root and postgres can reach it: it trusts every connection on its
+  socket, and listens on no TCP port.)
   Look at the gate:
     SELECT * FROM gatekeeper.status;   SELECT * FROM gatekeeper.sessions;
   Stop it:

