@@ -32,8 +32,9 @@ if installed_version; then
 fi
 [ -f "$tarball" ] || { echo "missing $tarball (Citus's source, see CITUS.md)" >&2; exit 1; }
 
-# Headers Citus needs beyond PostgreSQL's: lz4, zstd, and krb5 (PG 15's
-# server headers include gssapi). scripts/deps.sh installs them too.
+# Headers Citus needs beyond PostgreSQL's: lz4, zstd, and krb5 (the server
+# headers of 15-18, built with GSSAPI, include gssapi.h). scripts/deps.sh
+# installs them too.
 source scripts/apt_install.sh
 apt_install liblz4-dev libzstd-dev libkrb5-dev || { echo "could not install Citus's build dependencies" >&2; exit 1; }
 

@@ -37,9 +37,7 @@ fi
 # socket, in a directory that only postgres (and root) may enter. A demo of
 # an earlier version also listened on 127.0.0.1: no more.
 chmod 700 "$DEMO"
-if grep -q "^listen_addresses = '127.0.0.1'" "$DEMO/data/postgresql.conf"; then
-  echo "listen_addresses = ''" >>"$DEMO/data/postgresql.conf"
-fi
+sed -i "s/^listen_addresses = '127.0.0.1'$/listen_addresses = ''/" "$DEMO/data/postgresql.conf"
 cluster_start "$DEMO"
 cluster_psql "$DEMO" postgres -d postgres \
   -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \

@@ -15,9 +15,10 @@ source scripts/apt_install.sh
 PGRX_VERSION=0.18.1
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang
           build-essential pkg-config libssl-dev  # cargo-pgrx's build (OpenSSL), dpkg-shlibdeps
+          libkrb5-dev                            # gssapi.h: the servers' libpq-be.h includes it
           python3-pip procps patchelf)           # PostgreSQL 16-18's wheels
 TEST_PACKAGES=(pgbouncer sysbench python3-matplotlib prometheus-postgres-exporter
-               liblz4-dev libzstd-dev libkrb5-dev)  # the last 3: Citus's build (scripts/citus_build.sh)
+               liblz4-dev libzstd-dev)  # the last 2: Citus's build (scripts/citus_build.sh)
 # Services Debian starts on install; the tests and benchmarks run their own.
 SERVICES=(pgbouncer prometheus-postgres-exporter)
 build_only=0

@@ -93,7 +93,8 @@ pub const DEFAULT_MAX_SHAPES: i32 = 5000;
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum LongLane {
     /// Shapes that ran long are admitted in the lane `long`, and holders
-    /// of class `default` seen computing past `stall_timeout` move into it;
+    /// of class `default` seen computing past `stall_timeout` move into it
+    /// (unless a route or their session's own class chose `default`);
     /// computing holders are never relieved.
     #[name = c"on"]
     On,

@@ -58,9 +58,9 @@ bool		gk_settled = false;
  * utility, returned): written by the Rust side (session.rs) at admission,
  * cleared here. A transaction's shape is learnt only once its statement
  * started: one that failed its permission checks at ExecutorStart, in a
- * subtransaction rolled back before long work, must not teach another
- * role's shape that it ran long. (This narrows, and does not close, a
- * role's way to another's shape: docs/DESIGN.md §15.) 0: none pending.
+ * subtransaction rolled back before long work, teaches nothing about a
+ * statement that never ran (shapes are also per role: docs/DESIGN.md
+ * §15). 0: none pending.
  */
 uint64		gk_shape_pending = 0;
 

@@ -336,10 +336,10 @@ fn another_roles_long_runs_leave_a_shape_out_of_the_lane() {
     c.assert_quiet();
 }
 
-/// A route to `default` keeps a query out of the lane while it runs too:
-/// the worker does not move a holder whose class was chosen for it, and the
-/// session queued behind it waits for it. Without the route, the same
-/// holder is moved (the control).
+/// A route to `default` keeps a query out of the lane while it runs too,
+/// and so does a session's own class `default`: the worker does not move a
+/// holder whose class was chosen for it, and the session queued behind it
+/// waits for it. Without either, the same holder is moved (the control).
 #[test]
 fn a_holder_routed_to_default_is_not_moved_into_the_lane() {
     let c = start(&[("pg_gatekeeper.max_active", "1")]);
@@ -361,42 +361,49 @@ fn a_holder_routed_to_default_is_not_moved_into_the_lane() {
         class_of("burner").as_deref() == Some("long")
     });
     burner.join_ok(Duration::from_secs(10));
-    // Routed to default: it stays there, and the waiter waits for it.
+    // Pinned: it stays in default while it computes, and the waiter waits.
+    let stays_in_default = |why: &str| {
+        let burner = burn(1.5);
+        let waiter = c.app("waiter").spawn("SELECT 1");
+        wait_until("the waiter queues", Duration::from_secs(10), || {
+            c.session("waiter").is_some_and(|s| s.state == "queued")
+        });
+        // One read of the slots per poll: while the burner holds its place,
+        // it is in default and the waiter queued.
+        let mut polls = 0;
+        loop {
+            let rows: std::collections::HashMap<String, (String, Option<String>)> = c
+                .admin_query(
+                    "SELECT application_name, state, class FROM gatekeeper.sessions
+                      WHERE application_name IN ('burner', 'waiter')",
+                    &[],
+                )
+                .iter()
+                .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                .collect();
+            let Some((state, class)) = rows.get("burner").filter(|(state, _)| state == "active") else {
+                break;
+            };
+            assert_eq!(class.as_deref(), Some("default"), "{why}: the holder was moved ({state})");
+            assert_eq!(
+                rows.get("waiter").map(|w| w.0.as_str()),
+                Some("queued"),
+                "{why}: the waiter got in while the holder computed"
+            );
+            polls += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(polls >= 10, "{why}: the holder was watched for only {polls} polls");
+        burner.join_ok(Duration::from_secs(1));
+        waiter.join_ok(Duration::from_secs(10));
+    };
     let q = burn_queryid(&c);
     c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'default')"));
-    let burner = burn(1.5);
-    let waiter = c.app("waiter").spawn("SELECT 1");
-    wait_until("the waiter queues", Duration::from_secs(10), || {
-        c.session("waiter").is_some_and(|s| s.state == "queued")
-    });
-    // One read of the slots per poll: while the burner holds its place, it
-    // is in default and the waiter queued.
-    let mut polls = 0;
-    loop {
-        let rows: std::collections::HashMap<String, (String, Option<String>)> = c
-            .admin_query(
-                "SELECT application_name, state, class FROM gatekeeper.sessions
-                  WHERE application_name IN ('burner', 'waiter')",
-                &[],
-            )
-            .iter()
-            .map(|r| (r.get(0), (r.get(1), r.get(2))))
-            .collect();
-        let Some((state, class)) = rows.get("burner").filter(|(state, _)| state == "active") else {
-            break;
-        };
-        assert_eq!(class.as_deref(), Some("default"), "the routed holder was moved ({state})");
-        assert_eq!(
-            rows.get("waiter").map(|w| w.0.as_str()),
-            Some("queued"),
-            "the waiter got in while the routed holder computed"
-        );
-        polls += 1;
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(polls >= 10, "the routed holder was watched for only {polls} polls");
-    burner.join_ok(Duration::from_secs(1));
-    waiter.join_ok(Duration::from_secs(10));
+    stays_in_default("routed to default");
+    c.admin_exec(&format!("SELECT gatekeeper.unroute_shape({q})"));
+    c.admin_exec("ALTER ROLE app SET pg_gatekeeper.class = 'default'");
+    stays_in_default("its own class default");
+    c.admin_exec("ALTER ROLE app RESET pg_gatekeeper.class");
     c.assert_quiet();
 }
 
