@@ -18,7 +18,7 @@
 //! probed: its `/proc/PID/stat` scheduler state and CPU time, which must
 //! show a share of a CPU, not a poller's moments awake. Probes cost a file
 //! read each, and happen only in a scope where nothing has moved for
-//! `progress::PROBE_AFTER_US`, never on a server whose queue moves.
+//! `progress::PROBE_AFTER_US`, never on a server whose queues all move.
 
 use std::collections::HashMap;
 
@@ -105,11 +105,16 @@ impl Liveness {
         let mut stuck = vec![];
         for (k, (watch, probing)) in self.watches.iter_mut().zip(self.probing.iter_mut()).enumerate() {
             // The gate holds back sessions of classes below their cap; a
-            // class's cap holds back the rest.
+            // class's cap holds back the rest. A class's own scope also
+            // watches its queue while the gate holds it back: other
+            // classes' admissions move the gate's scope, and fair sharing
+            // counts the class's idle places as its share, so a class whose
+            // holders wait on its own queue (a client's second connection)
+            // would wait as long as the others keep the gate busy.
             let (blocked, admitted) = if k == GATE {
                 (h.holds_back(), h.admitted_outside_lane())
             } else {
-                (h.held_at_cap(k), h.classes[k].counters.admitted)
+                (h.held_at_cap(k) || h.held_by_gate(k), h.classes[k].counters.admitted)
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
             let verdict = watch.observe(now, sample, timeout_us, h.limit);
@@ -118,8 +123,16 @@ impl Liveness {
                 stuck.push((k, batch));
             }
         }
+        // A class held back by the gate is owed places only while the gate
+        // moves for others: when the gate is stuck too, its batch is what
+        // moves the queue (with one class, the two are the same).
+        let gate_stuck = stuck.iter().any(|&(k, _)| k == GATE);
         for (k, batch) in stuck {
-            self.admit_batch(k, batch, now, timeout_us);
+            if k == GATE || h.held_at_cap(k) {
+                self.admit_batch(k, batch, now, timeout_us);
+            } else if !gate_stuck {
+                owe(k, now, timeout_us);
+            }
         }
     }
 
@@ -193,6 +206,21 @@ impl Liveness {
                 );
             }
         }
+    }
+}
+
+/// A class held back by the gate is stuck while the gate is not: its head
+/// gets the next free place (`Gate::owe`, one at a time), within the limit.
+fn owe(class: usize, now: i64, timeout_us: i64) {
+    let owed = shmem::with_gate_waking(|mut l, wake| {
+        l.gate.owe(class, now, wake).then(|| l.gate.header().classes[class].name)
+    });
+    if let Some(name) = owed {
+        pgrx::log!(
+            "pg_gatekeeper: class {} is owed a place: the gate held its queue back, no holder of it worked and nobody of it was admitted for {} ms; its queue goes first at the next free place",
+            name.as_str(),
+            timeout_us / 1000
+        );
     }
 }
 

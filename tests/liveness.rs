@@ -18,7 +18,7 @@ use common::{count_lines, wait_until, Cluster, Running, Session};
 
 /// How long a parked query of a stuck scope may take, the progress timeout
 /// (1 s) included, with room for a busy test machine.
-const STUCK_BOUND: Duration = Duration::from_secs(4);
+const STUCK_BOUND: Duration = Duration::from_secs(6);
 
 /// Table `t` with one row, readable by `app`.
 fn create_t(c: &Cluster) {
@@ -318,6 +318,47 @@ fn a_stream_of_lane_transactions_does_not_hide_a_stuck_gate() {
     w.join_ok(STUCK_BOUND);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     stream.join_ok(Duration::from_secs(10));
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
+/// A client's second connection W, queued in its class while its first
+/// connection A holds the class's place idle in transaction, and another
+/// class keeps the gate busy with short transactions. Fair sharing gives
+/// every free place to the busy class (A's idle place is its class's
+/// share), and the busy class's admissions move the gate's scope: W waited
+/// as long as the busy class ran. The class's own scope finds it stuck and
+/// owes it the next free place, within the limit.
+#[test]
+fn a_class_waiting_on_its_own_queue_gets_in_while_another_keeps_the_gate_busy() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.max_tickets", "2"),
+        ("pg_gatekeeper.classes", "busy"),
+    ]);
+    c.admin_exec("CREATE ROLE busy LOGIN; ALTER ROLE busy SET pg_gatekeeper.class = 'busy'");
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("SELECT 1");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Short sleeps: a queue that never empties on a loaded machine, and no
+    // work (a sleep is not work), so only their admissions move the gate.
+    let busy: Vec<Running> =
+        (0..3).map(|k| c.session_as("busy", &format!("busy{k}")).looping("SELECT pg_sleep(0.01)", &stop)).collect();
+    c.wait_status("the busy class queues", |s| s.queued() >= 1);
+    let w = c.app("W").spawn("SELECT 2");
+    // Fair sharing gives every free place to the busy class first.
+    c.wait_queued("W");
+    common::assert_stays_queued(&c, &w, Duration::from_millis(700));
+    w.join_ok(STUCK_BOUND);
+    wait_until("the place owed is logged", Duration::from_secs(5), || {
+        c.log_text().contains("pg_gatekeeper: class default is owed a place")
+    });
+    assert_eq!(c.status().int("overflow_total"), 0, "within the limit");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in busy {
+        r.join_ok(Duration::from_secs(10));
+    }
     a.ok("COMMIT");
     c.assert_quiet();
 }

@@ -158,6 +158,11 @@ pub struct ClassState {
     /// Holders of this class marked stalled.
     pub stalled: u32,
     pub queued: u32,
+    /// A place the progress guarantee owes the class ([`Gate::owe`]), 0
+    /// or 1: while 1, the next free place goes to its queue before any
+    /// other class's. Back to 0 when that place is granted or its queue
+    /// empties.
+    pub owed: u32,
     head: u32,
     tail: u32,
     pub counters: Counters,
@@ -270,6 +275,12 @@ impl GateHeader {
     pub fn held_at_cap(&self, k: usize) -> bool {
         self.classes[k].queued > 0 && !self.below_cap(k)
     }
+    /// Whether the gate holds back class `k`'s queue: it has sessions
+    /// queued, is below its cap, and no place is free (never the long
+    /// lane's, held back only by its own cap).
+    pub fn held_by_gate(&self, k: usize) -> bool {
+        k != LONG && self.classes[k].queued > 0 && self.below_cap(k) && self.counted() >= self.tickets
+    }
     /// Whether the gate itself holds sessions back: some class below its cap
     /// has sessions queued, and no place is free. The long lane's queue is
     /// held back only by its own cap.
@@ -306,6 +317,9 @@ pub struct Slot {
     /// by hand): the worker never moves it into the long lane
     /// ([`Gate::move_to_lane`]).
     pub pinned: bool,
+    /// The current admission took a place owed to its class
+    /// ([`Gate::owe`]): while it holds it, the class is owed no other.
+    pub owed_place: bool,
     /// Links: in its class's queue while queued, in the holders' list
     /// while admitted (a slot is never in both), [`NIL`] otherwise.
     prev: u32,
@@ -801,6 +815,28 @@ impl<'a> Gate<'a> {
         (head != NIL && self.overflow_admit(head as usize, now_us, wake)).then_some(head as usize)
     }
 
+    /// The progress guarantee owes class `k`, held back by the gate, one
+    /// place: its queue goes first at the next free place, ahead of
+    /// reserves and shares. For a class whose holders all wait while other
+    /// classes' admissions keep the gate busy (docs/DESIGN.md §13): fair
+    /// sharing would give its head nothing as long as its own idle places
+    /// count as its share. One at a time: nothing more is owed while a
+    /// place is owed, or while the session that took the last one holds
+    /// it, so that a class whose holders idle on their clients (think time,
+    /// which looks the same) gets at most one place beyond its share.
+    /// Returns whether a place is owed now that was not.
+    pub fn owe(&mut self, k: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
+        if k >= MAX_CLASSES || k == LONG || self.h.classes[k].queued == 0 || self.h.classes[k].owed > 0 {
+            return false;
+        }
+        if self.holders().any(|(_, s)| s.class as usize == k && s.owed_place) {
+            return false;
+        }
+        self.h.classes[k].owed = 1;
+        self.pump(now_us, wake);
+        true
+    }
+
     /// Sessions queued in classes below their cap: the ones a free place
     /// would admit. Sessions held back by their class's cap are not.
     pub fn admissible_queued(&self) -> u32 {
@@ -940,6 +976,9 @@ impl<'a> Gate<'a> {
             if !c.in_use && (a > 0 || q > 0) {
                 return Err(format!("class {k} is not in use but has sessions"));
             }
+            if c.owed > 1 || (c.owed > 0 && c.queued == 0) {
+                return Err(format!("class {k} is owed {} places with {} queued", c.owed, c.queued));
+            }
             let (mut n, mut prev, mut last_start) = (0u32, NIL, i64::MIN);
             for i in self.class_queue(k) {
                 let s = &self.slots[i];
@@ -1016,30 +1055,39 @@ impl<'a> Gate<'a> {
 
     /// The class whose head gets the next free place, if any may take it.
     ///
-    /// First the classes below their reserve in force, the one holding the
-    /// smallest share of its reserve first; then the one holding the fewest
-    /// places per unit of weight (weighted fair sharing by current use, so
-    /// an idle class's share goes to the others). Ties go to the head that
-    /// has waited longest.
+    /// First a class the progress guarantee owes places ([`Gate::owe`]),
+    /// the longest-waiting head first; then the classes below their reserve
+    /// in force, the one holding the smallest share of its reserve first;
+    /// then the one holding the fewest places per unit of weight (weighted
+    /// fair sharing by current use, so an idle class's share goes to the
+    /// others). Ties go to the head that has waited longest.
     ///
     /// The bound on waiting: a class that has sessions queued, is below its
     /// cap and holds no place has the lowest share (0); another class takes
     /// a place before it only while that class also holds none (and then
     /// holds one), or to fill a reserve. Because reserves in force leave at
     /// least one place unreserved, such a class gets a place within
-    /// (classes - 1) + (sum of reserves) admissions of other classes.
+    /// (classes - 1) + (sum of reserves) admissions of other classes, and
+    /// the places owed to others ([`Gate::owe`], one per class at a time).
+    /// A class that holds places has no such bound: if those holders wait
+    /// on the class's own queue (a client that needs a second connection
+    /// before it commits), only [`Gate::owe`] gets its head in.
     pub fn pick_class(&self) -> Option<usize> {
         let key = |k: usize| {
             let c = &self.h.classes[k];
             let below_reserve = c.admitted < c.reserve_in_force;
             let den = if below_reserve { c.reserve_in_force } else { c.params.weight.max(1) };
             let head_start = self.slots[c.head as usize].wait_start_us;
-            (!below_reserve, c.admitted as u64, den as u64, head_start)
+            (c.owed == 0, !below_reserve, c.admitted as u64, den as u64, head_start)
         };
         self.eligible().min_by(|&a, &b| {
-            let (ra, na, da, sa) = key(a);
-            let (rb, nb, db, sb) = key(b);
-            ra.cmp(&rb).then((na * db).cmp(&(nb * da))).then(sa.cmp(&sb))
+            let (oa, ra, na, da, sa) = key(a);
+            let (ob, rb, nb, db, sb) = key(b);
+            // Owed classes: the longest-waiting head, whatever the shares.
+            if !oa && !ob {
+                return sa.cmp(&sb);
+            }
+            oa.cmp(&ob).then(ra.cmp(&rb)).then((na * db).cmp(&(nb * da))).then(sa.cmp(&sb))
         })
     }
 
@@ -1103,6 +1151,9 @@ impl<'a> Gate<'a> {
         self.link_holder(i);
         self.h.holders += 1;
         self.h.classes[c].admitted += 1;
+        let took_owed = was_queued && self.h.classes[c].owed > 0;
+        self.h.classes[c].owed -= took_owed as u32;
+        self.slots[i].owed_place = took_owed;
         self.note_demand();
         let class = &mut self.h.classes[c];
         for (counters, waits) in [(&mut self.h.counters, &mut self.h.waits), (&mut class.counters, &mut class.waits)] {
@@ -1189,6 +1240,9 @@ impl<'a> Gate<'a> {
         self.slots[i].next = NIL;
         self.h.classes[c].queued -= 1;
         self.h.queued -= 1;
+        if self.h.classes[c].queued == 0 {
+            self.h.classes[c].owed = 0;
+        }
     }
 }
 
@@ -1673,6 +1727,165 @@ mod tests {
         let mut g = f.gate();
         assert!(g.set_classes(&list, 0, &mut |_| {}).is_empty());
         names.iter().map(|n| g.class_index(n).unwrap()).collect()
+    }
+
+    #[test]
+    fn an_owed_class_gets_the_next_free_place_whatever_the_shares() {
+        // Class 0 is favoured (reserve 1, weight 3); class 1's holder 0
+        // holds a place, so fair sharing serves class 0 first every time.
+        let mut f = Fixture::new(8, 2);
+        let c = define(&mut f, &[params(0, 1, 3), params(0, 0, 1)]);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, c[1], 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, c[0], 0, 0), Request::Admitted);
+        assert_eq!(g.request(2, c[0], 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(3, c[0], 1, 0), Request::Queued { position: 2 });
+        assert_eq!(g.request(4, c[1], 2, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(5, c[1], 2, 0), Request::Queued { position: 2 });
+        assert_eq!(f.release(1, 3), vec![2], "fair sharing: class 0 first");
+        let mut g = f.gate();
+        assert!(g.owe(c[1], 4, &mut |_| panic!("no place is free")));
+        assert!(!g.owe(c[1], 4, &mut |_| {}), "one place owed at a time");
+        assert_eq!(g.header().classes[c[1]].owed, 1);
+        assert_eq!(f.release(2, 5), vec![4], "owed: class 1's head, ahead of the reserve");
+        assert_eq!(f.gate().header().classes[c[1]].owed, 0);
+        assert!(f.gate().slot(4).owed_place);
+        // While 4 holds the owed place, nothing more is owed: a class whose
+        // holders idle in think time gets one place beyond its share.
+        assert!(!f.gate().owe(c[1], 6, &mut |_| {}));
+        assert_eq!(f.release(4, 7), vec![3], "fair sharing again");
+        assert!(f.gate().owe(c[1], 8, &mut |_| {}));
+        // An owed class whose queue empties is owed nothing more, and
+        // nothing is owed to a class with no queue.
+        let mut g = f.gate();
+        assert!(g.abandon(5, 9, Abandon::Cancel, &mut |_| {}));
+        assert_eq!(g.header().classes[c[1]].owed, 0);
+        assert!(!g.owe(c[1], 10, &mut |_| {}));
+        g.check().unwrap();
+    }
+
+    /// A client whose first connection holds a place of class B, idle in
+    /// transaction, until its second connection, queued in B, gets in; class
+    /// A keeps the gate busy with short transactions. Fair sharing counts
+    /// B's idle place as its share, so A wins every free place, and the
+    /// gate-wide scope moves with A's admissions: without the class's own
+    /// scope and `owe`, B's second connection waited as long as A ran (a
+    /// scratch run of 120 s never admitted it). With them, it gets in one
+    /// timeout after it queued, at A's next release.
+    #[test]
+    fn a_class_whose_holders_wait_on_its_own_queue_is_not_starved_by_a_busy_class() {
+        use crate::progress::{ScopeSample, Verdict, Watch};
+        const TIMEOUT: i64 = 1_000_000;
+        const STEP: i64 = 5_000;
+        let mut f = Fixture::new(8, 2);
+        let c = define(&mut f, &[params(0, 0, 1), params(0, 0, 1)]);
+        let (a, b) = (c[0], c[1]);
+        assert_eq!(f.gate().request(0, b, 0, 0), Request::Admitted);
+        // A's sessions 2..8 run 15 ms transactions back to back.
+        let mut ends: Vec<Option<i64>> = vec![None; 8];
+        for (i, end) in ends.iter_mut().enumerate().skip(2) {
+            if f.gate().request(i, a, 0, 0) == Request::Admitted {
+                *end = Some(15_000);
+            }
+        }
+        assert_eq!(f.gate().request(1, b, 1, 0), Request::Queued { position: 1 });
+        let mut watch = Watch::default();
+        let mut now = 0;
+        while f.gate().slot(1).state == SlotState::Queued {
+            now += STEP;
+            assert!(now < 2 * TIMEOUT, "B's second connection still queued after {now} us");
+            for i in 2..8 {
+                if ends[i].is_some_and(|e| e <= now) {
+                    ends[i] = None;
+                    let mut woken = f.release(i, now);
+                    if f.gate().request(i, a, now, 0) == Request::Admitted {
+                        woken.push(i);
+                    }
+                    for w in woken.into_iter().filter(|&w| w >= 2) {
+                        ends[w] = Some(now + 15_000);
+                    }
+                }
+            }
+            // The worker's sample of B's scope, as src/liveness.rs takes it:
+            // B's holder waits on its client, so nobody of B works.
+            let h = *f.gate().header();
+            let sample = ScopeSample {
+                blocked: h.held_at_cap(b) || h.held_by_gate(b),
+                admitted: h.classes[b].counters.admitted,
+                working: false,
+                unverified: false,
+            };
+            if let Verdict::Stuck { batch } = watch.observe(now, sample, TIMEOUT, h.limit) {
+                assert!(!h.held_at_cap(b));
+                assert_eq!(batch, 1);
+                assert!(f.gate().owe(b, now, &mut |_| {}));
+            }
+            f.gate().check().unwrap();
+        }
+        // One sample to start the quiet time, then at most one of A's
+        // transactions until a place frees.
+        assert!((TIMEOUT..=TIMEOUT + STEP + 15_000).contains(&now), "admitted at {now} us");
+        // About 66 a second on the one place B's holder leaves.
+        assert!(f.gate().header().classes[a].counters.admitted > 50, "A kept the gate busy meanwhile");
+    }
+
+    /// The other side of [`Gate::owe`]: class B's holders idle on their
+    /// clients in think time (which looks the same to the worker as
+    /// waiting for a second connection), while A, nine times B's weight,
+    /// keeps the gate busy. B is owed one place, and then nothing while the
+    /// session that took it holds it: B never holds more than its share and
+    /// one place.
+    #[test]
+    fn a_class_idling_in_think_time_is_owed_one_place_beyond_its_share() {
+        use crate::progress::{ScopeSample, Verdict, Watch};
+        const TIMEOUT: i64 = 1_000_000;
+        const STEP: i64 = 5_000;
+        let mut f = Fixture::new(30, 10);
+        let c = define(&mut f, &[params(0, 0, 9), params(0, 0, 1)]);
+        let (a, b) = (c[0], c[1]);
+        // B's first session holds a place and idles; five more queue.
+        assert_eq!(f.gate().request(0, b, 0, 0), Request::Admitted);
+        let mut ends: Vec<Option<i64>> = vec![None; 30];
+        for (i, end) in ends.iter_mut().enumerate().skip(10) {
+            if f.gate().request(i, a, 0, 0) == Request::Admitted {
+                *end = Some(20_000);
+            }
+        }
+        for i in 1..6 {
+            assert!(matches!(f.gate().request(i, b, 1, 0), Request::Queued { .. }));
+        }
+        let (mut watch, mut owed, mut most) = (Watch::default(), 0, 0);
+        let mut now = 0;
+        while now < 30 * TIMEOUT {
+            now += STEP;
+            for i in 10..30 {
+                if ends[i].is_some_and(|e| e <= now) {
+                    ends[i] = None;
+                    let mut woken = f.release(i, now);
+                    if f.gate().request(i, a, now, 0) == Request::Admitted {
+                        woken.push(i);
+                    }
+                    // A's sessions run again; B's idle once admitted.
+                    for w in woken.into_iter().filter(|&w| w >= 10) {
+                        ends[w] = Some(now + 20_000);
+                    }
+                }
+            }
+            let h = *f.gate().header();
+            most = most.max(h.classes[b].admitted);
+            let sample = ScopeSample {
+                blocked: h.held_at_cap(b) || h.held_by_gate(b),
+                admitted: h.classes[b].counters.admitted,
+                working: false,
+                unverified: false,
+            };
+            if let Verdict::Stuck { .. } = watch.observe(now, sample, TIMEOUT, h.limit) {
+                owed += f.gate().owe(b, now, &mut |_| {}) as u32;
+            }
+            f.gate().check().unwrap();
+        }
+        assert_eq!(owed, 1, "owed again while the owed place was held");
+        assert_eq!(most, 2, "B's share (1 of 10) and the one place owed");
     }
 
     #[test]

@@ -13,12 +13,13 @@
 //!
 //! So instead of looking for cycles, the worker watches for their effect,
 //! as MySQL's thread pool does with `thread_pool_stall_limit`: a *scope*
-//! (the whole gate, or one class held at its cap) that has sessions queued,
-//! has admitted nobody, and none of whose counting holders has worked for
-//! `progress_timeout`, is stuck; its head is admitted over the limit, and
-//! the clock starts again. A holder *works* when it is on a CPU or doing
-//! I/O; waiting on a lock, on its client, on a sleep or on anything
-//! outside the server is not work.
+//! (the whole gate, or one class with sessions queued) that has sessions
+//! queued, has admitted nobody, and none of whose counting holders has
+//! worked for `progress_timeout`, is stuck; its head is admitted over the
+//! limit (or, for a class held back by the gate rather than its cap, goes
+//! first at the next free place), and the clock starts again. A holder
+//! *works* when it is on a CPU or doing I/O; waiting on a lock, on its
+//! client, on a sleep or on anything outside the server is not work.
 //!
 //! The bound: the rule admits one batch per `progress_timeout` and scope,
 //! and only while no counting holder of that scope works. Batches double
@@ -53,8 +54,8 @@ pub enum Verdict {
 /// What one sample saw of one scope.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ScopeSample {
-    /// Sessions wait that only this scope holds back (the gate is full, or
-    /// the class is at its cap).
+    /// Sessions wait that this scope holds back (the gate is full, or the
+    /// class is at its cap or held back by the gate).
     pub blocked: bool,
     /// The scope's admissions so far (any counter that rises with each).
     pub admitted: u64,
