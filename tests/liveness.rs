@@ -344,7 +344,7 @@ fn a_class_waiting_on_its_own_queue_gets_in_while_another_keeps_the_gate_busy() 
     // Short sleeps: a queue that never empties on a loaded machine, and no
     // work (a sleep is not work), so only their admissions move the gate.
     let busy: Vec<Running> =
-        (0..3).map(|k| c.session_as("busy", &format!("busy{k}")).looping("SELECT pg_sleep(0.01)", &stop)).collect();
+        (0..8).map(|k| c.session_as("busy", &format!("busy{k}")).looping("SELECT pg_sleep(0.01)", &stop)).collect();
     c.wait_status("the busy class queues", |s| s.queued() >= 1);
     let w = c.app("W").spawn("SELECT 2");
     // Fair sharing gives every free place to the busy class first.

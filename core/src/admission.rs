@@ -159,9 +159,9 @@ pub struct ClassState {
     pub stalled: u32,
     pub queued: u32,
     /// A place the progress guarantee owes the class ([`Gate::owe`]), 0
-    /// or 1: while 1, the next free place goes to its queue before any
-    /// other class's. Back to 0 when that place is granted or its queue
-    /// empties.
+    /// or 1: while 1, the next free place goes to its queue's head before
+    /// any other class's. Back to 0 when that place is granted, or when the
+    /// queue empties without it.
     pub owed: u32,
     head: u32,
     tail: u32,
@@ -629,6 +629,10 @@ impl<'a> Gate<'a> {
         let waited = self.end_wait(i, now_us);
         self.slots[i].state = SlotState::Idle;
         let c = self.slots[i].class as usize;
+        // A place owed to a queue that emptied without taking it.
+        if self.h.classes[c].queued == 0 {
+            self.h.classes[c].owed = 0;
+        }
         for (counters, waits) in
             [(&mut self.h.counters, &mut self.h.waits), (&mut self.h.classes[c].counters, &mut self.h.classes[c].waits)]
         {
@@ -825,8 +829,13 @@ impl<'a> Gate<'a> {
     /// it, so that a class whose holders idle on their clients (think time,
     /// which looks the same) gets at most one place beyond its share.
     /// Returns whether a place is owed now that was not.
+    /// Nothing is owed when no other class has sessions a free place would
+    /// admit: the class's head gets the next one anyway.
     pub fn owe(&mut self, k: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         if k >= MAX_CLASSES || k == LONG || self.h.classes[k].queued == 0 || self.h.classes[k].owed > 0 {
+            return false;
+        }
+        if !self.eligible().any(|j| j != k) {
             return false;
         }
         if self.holders().any(|(_, s)| s.class as usize == k && s.owed_place) {
@@ -1116,9 +1125,14 @@ impl<'a> Gate<'a> {
     /// waited longest, so its backend ran longest ago and is coldest.
     /// Newest first keeps a few backends busy and warm, as a pool does; the
     /// bound keeps the others from starving (docs/DESIGN.md §5).
+    /// A place owed to the class ([`Gate::owe`]) goes to its head: the
+    /// session that waited past `progress_timeout`.
     pub fn next_in(&self, k: usize, now_us: i64) -> usize {
         let c = &self.h.classes[k];
         let head = c.head as usize;
+        if c.owed > 0 {
+            return head;
+        }
         let bound = self.h.warm_hand_off_us;
         // A wait that reads negative (the wall clock stepped back) has no
         // known length: the head's turn, or the stack could last as long
@@ -1240,9 +1254,6 @@ impl<'a> Gate<'a> {
         self.slots[i].next = NIL;
         self.h.classes[c].queued -= 1;
         self.h.queued -= 1;
-        if self.h.classes[c].queued == 0 {
-            self.h.classes[c].owed = 0;
-        }
     }
 }
 
@@ -1754,6 +1765,7 @@ mod tests {
         // holders idle in think time gets one place beyond its share.
         assert!(!f.gate().owe(c[1], 6, &mut |_| {}));
         assert_eq!(f.release(4, 7), vec![3], "fair sharing again");
+        assert_eq!(f.gate().request(6, c[0], 7, 0), Request::Queued { position: 1 });
         assert!(f.gate().owe(c[1], 8, &mut |_| {}));
         // An owed class whose queue empties is owed nothing more, and
         // nothing is owed to a class with no queue.
@@ -1762,6 +1774,42 @@ mod tests {
         assert_eq!(g.header().classes[c[1]].owed, 0);
         assert!(!g.owe(c[1], 10, &mut |_| {}));
         g.check().unwrap();
+    }
+
+    #[test]
+    fn the_only_session_queued_takes_the_owed_place_and_it_counts() {
+        // The owed place goes to the head even with the warm hand-off on,
+        // and a session alone in its queue is marked as holding it, so that
+        // the class is owed nothing more while it holds it.
+        let mut f = Fixture::new(10, 2);
+        let c = define(&mut f, &[params(0, 0, 1), params(0, 0, 1)]);
+        let (a, b) = (c[0], c[1]);
+        f.gate().set_warm_hand_off(3_600_000_000);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, b, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, a, 0, 0), Request::Admitted);
+        assert_eq!(g.request(2, a, 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(3, b, 2, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(4, b, 3, 0), Request::Queued { position: 2 });
+        assert!(g.owe(b, 4, &mut |_| {}));
+        assert_eq!(f.release(1, 5), vec![3], "the head, not the newest");
+        assert!(f.gate().slot(3).owed_place);
+        assert_eq!(f.release(3, 6), vec![2], "fair sharing again");
+        // 4 is alone in its queue: owed, it takes the place and holds it.
+        assert_eq!(f.gate().request(5, a, 7, 0), Request::Queued { position: 1 });
+        assert!(f.gate().owe(b, 7, &mut |_| {}));
+        assert_eq!(f.release(2, 8), vec![4]);
+        assert!(f.gate().slot(4).owed_place);
+        assert_eq!(f.gate().request(6, b, 9, 0), Request::Queued { position: 1 });
+        assert!(!f.gate().owe(b, 10, &mut |_| {}), "4 holds the owed place");
+        // Nothing is owed when no other class competes for the next place.
+        assert_eq!(f.release(4, 11), vec![5], "fair sharing: a holds none");
+        assert_eq!(f.release(5, 12), vec![6]);
+        assert_eq!(f.gate().request(7, b, 13, 0), Request::Queued { position: 1 });
+        assert!(!f.gate().owe(b, 14, &mut |_| {}), "no other class waits");
+        assert_eq!(f.gate().request(8, a, 15, 0), Request::Queued { position: 1 });
+        assert!(f.gate().owe(b, 16, &mut |_| {}));
+        f.gate().check().unwrap();
     }
 
     /// A client whose first connection holds a place of class B, idle in
