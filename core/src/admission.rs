@@ -798,8 +798,17 @@ impl<'a> Gate<'a> {
         if self.slots[i].state != SlotState::Queued {
             return false;
         }
+        let c = self.slots[i].class as usize;
+        // The place owed to the class is its head's: the deadlock breaker
+        // admitting another of its sessions leaves it owed.
+        let head = self.h.classes[c].head as usize == i;
         self.unlink(i);
         self.grant(i, now_us, true);
+        if head {
+            self.take_owed(i);
+        } else if self.h.classes[c].queued == 0 {
+            self.h.classes[c].owed = 0;
+        }
         self.pump_lane(now_us, wake);
         true
     }
@@ -830,7 +839,8 @@ impl<'a> Gate<'a> {
     /// which looks the same) gets at most one place beyond its share.
     /// Returns whether a place is owed now that was not.
     /// Nothing is owed when no other class has sessions a free place would
-    /// admit: the class's head gets the next one anyway.
+    /// admit: the class's head gets the next one, unless another class's
+    /// session queues first (then the class is owed one a timeout later).
     pub fn owe(&mut self, k: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         if k >= MAX_CLASSES || k == LONG || self.h.classes[k].queued == 0 || self.h.classes[k].owed > 0 {
             return false;
@@ -1104,12 +1114,24 @@ impl<'a> Gate<'a> {
     fn pump(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.place_free() {
             let Some(k) = self.pick_class() else { break };
+            // The head, if a place is owed to the class (`next_in`).
             let i = self.next_in(k, now_us);
             self.unlink(i);
             self.grant(i, now_us, false);
+            self.take_owed(i);
             wake(i);
         }
         self.pump_lane(now_us, wake);
+    }
+
+    /// Slot `i`, just admitted from the head of its class's queue, takes the
+    /// place owed to the class, if one is ([`Gate::owe`]).
+    fn take_owed(&mut self, i: usize) {
+        let c = self.slots[i].class as usize;
+        if self.h.classes[c].owed > 0 {
+            self.h.classes[c].owed -= 1;
+            self.slots[i].owed_place = true;
+        }
     }
 
     /// The waiter of class `k`'s queue (not empty) that a freed place goes
@@ -1165,9 +1187,9 @@ impl<'a> Gate<'a> {
         self.link_holder(i);
         self.h.holders += 1;
         self.h.classes[c].admitted += 1;
-        let took_owed = was_queued && self.h.classes[c].owed > 0;
-        self.h.classes[c].owed -= took_owed as u32;
-        self.slots[i].owed_place = took_owed;
+        // Whether it takes a place owed to its class: the caller says so
+        // (`take_owed`).
+        self.slots[i].owed_place = false;
         self.note_demand();
         let class = &mut self.h.classes[c];
         for (counters, waits) in [(&mut self.h.counters, &mut self.h.waits), (&mut class.counters, &mut class.waits)] {
@@ -1812,6 +1834,95 @@ mod tests {
         f.gate().check().unwrap();
     }
 
+    #[test]
+    fn the_deadlock_breaker_admitting_another_session_leaves_the_place_owed() {
+        let mut f = Fixture::new(8, 2);
+        let c = define(&mut f, &[params(0, 0, 1), params(0, 0, 1)]);
+        let (a, b) = (c[0], c[1]);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, b, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, a, 0, 0), Request::Admitted);
+        assert_eq!(g.request(2, a, 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(3, b, 2, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(4, b, 3, 0), Request::Queued { position: 2 });
+        assert!(g.owe(b, 4, &mut |_| {}));
+        // The breaker admits 4, not the head: the place stays owed to 3.
+        assert!(g.overflow_admit(4, 5, &mut |_| {}));
+        assert!(!g.slot(4).owed_place);
+        assert_eq!(g.header().classes[b].owed, 1);
+        g.check().unwrap();
+        // Over the limit while 4 holds: its end frees nothing.
+        assert!(f.release(4, 6).is_empty());
+        assert_eq!(f.release(1, 6), vec![3]);
+        assert!(f.gate().slot(3).owed_place);
+        assert_eq!(f.gate().header().classes[b].owed, 0);
+        // The breaker admitting the last one queued ends what was owed.
+        let mut g = f.gate();
+        assert_eq!(g.request(5, b, 7, 0), Request::Queued { position: 1 });
+        g.h.classes[b].owed = 1;
+        assert!(g.overflow_admit(5, 8, &mut |_| {}));
+        assert!(g.slot(5).owed_place, "it was the head");
+        assert_eq!(g.header().classes[b].owed, 0);
+        g.check().unwrap();
+    }
+
+    /// The progress guarantee's timeout and the worker's sample interval in
+    /// the simulations below.
+    const TIMEOUT: i64 = 1_000_000;
+    const STEP: i64 = 5_000;
+
+    /// `n` sessions, limit `limit`: classes A and B of these weights; B's
+    /// session 0 holds a place (and idles), A's sessions `from..` ask, those
+    /// admitted running for `tx_us`. Returns A, B and when each A session's
+    /// transaction ends.
+    fn busy_beside_idle(
+        n: usize,
+        limit: u32,
+        weights: [u32; 2],
+        from: usize,
+        tx_us: i64,
+    ) -> (Fixture, usize, usize, Vec<Option<i64>>) {
+        let mut f = Fixture::new(n, limit);
+        let c = define(&mut f, &[params(0, 0, weights[0]), params(0, 0, weights[1])]);
+        let (a, b) = (c[0], c[1]);
+        assert_eq!(f.gate().request(0, b, 0, 0), Request::Admitted);
+        let mut ends: Vec<Option<i64>> = vec![None; n];
+        for (i, end) in ends.iter_mut().enumerate().skip(from) {
+            if f.gate().request(i, a, 0, 0) == Request::Admitted {
+                *end = Some(tx_us);
+            }
+        }
+        (f, a, b, ends)
+    }
+
+    /// Sessions `from..` of class `k` end their transactions at `ends` and
+    /// ask again at once; each admitted runs for `tx_us`.
+    fn run_busy_class(f: &mut Fixture, k: usize, ends: &mut [Option<i64>], from: usize, now: i64, tx_us: i64) {
+        for i in from..ends.len() {
+            if ends[i].is_some_and(|e| e <= now) {
+                ends[i] = None;
+                let mut woken = f.release(i, now);
+                if f.gate().request(i, k, now, 0) == Request::Admitted {
+                    woken.push(i);
+                }
+                for w in woken.into_iter().filter(|&w| w >= from) {
+                    ends[w] = Some(now + tx_us);
+                }
+            }
+        }
+    }
+
+    /// The worker's sample of class `k`'s scope, as src/liveness.rs takes
+    /// it, when its holders wait on their clients (nobody of it works).
+    fn idle_class_scope(h: &GateHeader, k: usize) -> crate::progress::ScopeSample {
+        crate::progress::ScopeSample {
+            blocked: h.held_at_cap(k) || h.held_by_gate(k),
+            admitted: h.classes[k].counters.admitted,
+            working: false,
+            unverified: false,
+        }
+    }
+
     /// A client whose first connection holds a place of class B, idle in
     /// transaction, until its second connection, queued in B, gets in; class
     /// A keeps the gate busy with short transactions. Fair sharing counts
@@ -1822,48 +1933,18 @@ mod tests {
     /// timeout after it queued, at A's next release.
     #[test]
     fn a_class_whose_holders_wait_on_its_own_queue_is_not_starved_by_a_busy_class() {
-        use crate::progress::{ScopeSample, Verdict, Watch};
-        const TIMEOUT: i64 = 1_000_000;
-        const STEP: i64 = 5_000;
-        let mut f = Fixture::new(8, 2);
-        let c = define(&mut f, &[params(0, 0, 1), params(0, 0, 1)]);
-        let (a, b) = (c[0], c[1]);
-        assert_eq!(f.gate().request(0, b, 0, 0), Request::Admitted);
+        use crate::progress::{Verdict, Watch};
         // A's sessions 2..8 run 15 ms transactions back to back.
-        let mut ends: Vec<Option<i64>> = vec![None; 8];
-        for (i, end) in ends.iter_mut().enumerate().skip(2) {
-            if f.gate().request(i, a, 0, 0) == Request::Admitted {
-                *end = Some(15_000);
-            }
-        }
+        let (mut f, a, b, mut ends) = busy_beside_idle(8, 2, [1, 1], 2, 15_000);
         assert_eq!(f.gate().request(1, b, 1, 0), Request::Queued { position: 1 });
         let mut watch = Watch::default();
         let mut now = 0;
         while f.gate().slot(1).state == SlotState::Queued {
             now += STEP;
             assert!(now < 2 * TIMEOUT, "B's second connection still queued after {now} us");
-            for i in 2..8 {
-                if ends[i].is_some_and(|e| e <= now) {
-                    ends[i] = None;
-                    let mut woken = f.release(i, now);
-                    if f.gate().request(i, a, now, 0) == Request::Admitted {
-                        woken.push(i);
-                    }
-                    for w in woken.into_iter().filter(|&w| w >= 2) {
-                        ends[w] = Some(now + 15_000);
-                    }
-                }
-            }
-            // The worker's sample of B's scope, as src/liveness.rs takes it:
-            // B's holder waits on its client, so nobody of B works.
+            run_busy_class(&mut f, a, &mut ends, 2, now, 15_000);
             let h = *f.gate().header();
-            let sample = ScopeSample {
-                blocked: h.held_at_cap(b) || h.held_by_gate(b),
-                admitted: h.classes[b].counters.admitted,
-                working: false,
-                unverified: false,
-            };
-            if let Verdict::Stuck { batch } = watch.observe(now, sample, TIMEOUT, h.limit) {
+            if let Verdict::Stuck { batch } = watch.observe(now, idle_class_scope(&h, b), TIMEOUT, h.limit) {
                 assert!(!h.held_at_cap(b));
                 assert_eq!(batch, 1);
                 assert!(f.gate().owe(b, now, &mut |_| {}));
@@ -1885,20 +1966,9 @@ mod tests {
     /// one place.
     #[test]
     fn a_class_idling_in_think_time_is_owed_one_place_beyond_its_share() {
-        use crate::progress::{ScopeSample, Verdict, Watch};
-        const TIMEOUT: i64 = 1_000_000;
-        const STEP: i64 = 5_000;
-        let mut f = Fixture::new(30, 10);
-        let c = define(&mut f, &[params(0, 0, 9), params(0, 0, 1)]);
-        let (a, b) = (c[0], c[1]);
+        use crate::progress::{Verdict, Watch};
         // B's first session holds a place and idles; five more queue.
-        assert_eq!(f.gate().request(0, b, 0, 0), Request::Admitted);
-        let mut ends: Vec<Option<i64>> = vec![None; 30];
-        for (i, end) in ends.iter_mut().enumerate().skip(10) {
-            if f.gate().request(i, a, 0, 0) == Request::Admitted {
-                *end = Some(20_000);
-            }
-        }
+        let (mut f, a, b, mut ends) = busy_beside_idle(30, 10, [9, 1], 10, 20_000);
         for i in 1..6 {
             assert!(matches!(f.gate().request(i, b, 1, 0), Request::Queued { .. }));
         }
@@ -1906,28 +1976,11 @@ mod tests {
         let mut now = 0;
         while now < 30 * TIMEOUT {
             now += STEP;
-            for i in 10..30 {
-                if ends[i].is_some_and(|e| e <= now) {
-                    ends[i] = None;
-                    let mut woken = f.release(i, now);
-                    if f.gate().request(i, a, now, 0) == Request::Admitted {
-                        woken.push(i);
-                    }
-                    // A's sessions run again; B's idle once admitted.
-                    for w in woken.into_iter().filter(|&w| w >= 10) {
-                        ends[w] = Some(now + 20_000);
-                    }
-                }
-            }
+            // A's sessions run again; B's idle once admitted.
+            run_busy_class(&mut f, a, &mut ends, 10, now, 20_000);
             let h = *f.gate().header();
             most = most.max(h.classes[b].admitted);
-            let sample = ScopeSample {
-                blocked: h.held_at_cap(b) || h.held_by_gate(b),
-                admitted: h.classes[b].counters.admitted,
-                working: false,
-                unverified: false,
-            };
-            if let Verdict::Stuck { .. } = watch.observe(now, sample, TIMEOUT, h.limit) {
+            if let Verdict::Stuck { .. } = watch.observe(now, idle_class_scope(&h, b), TIMEOUT, h.limit) {
                 owed += f.gate().owe(b, now, &mut |_| {}) as u32;
             }
             f.gate().check().unwrap();
