@@ -114,7 +114,7 @@ impl Liveness {
             let (blocked, admitted) = if k == GATE {
                 (h.holds_back(), h.admitted_outside_lane())
             } else {
-                (h.held_at_cap(k) || h.held_by_gate(k), h.classes[k].counters.admitted)
+                (h.class_held(k), h.classes[k].counters.admitted)
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
             let verdict = watch.observe(now, sample, timeout_us, h.limit);

@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gatekeeper_core::adaptive;
-use gatekeeper_core::admission::{DEFAULT, LONG};
+use gatekeeper_core::admission::LONG;
 use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::histogram::Histogram;
 use gatekeeper_core::history::HistorySample;
@@ -338,7 +338,7 @@ fn sample_and_steer(
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
                 changes.push((i, s.admitted_at_us, Act::RanLong));
             }
-            if lane_on && long && computes && s.class as usize == DEFAULT && !s.pinned {
+            if lane_on && long && computes && s.movable_to_lane() {
                 changes.push((i, s.admitted_at_us, Act::ToLane));
             }
             if stalled != s.stalled {

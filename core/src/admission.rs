@@ -275,18 +275,26 @@ impl GateHeader {
     pub fn held_at_cap(&self, k: usize) -> bool {
         self.classes[k].queued > 0 && !self.below_cap(k)
     }
-    /// Whether the gate holds back class `k`'s queue: it has sessions
-    /// queued, is below its cap, and no place is free (never the long
-    /// lane's, held back only by its own cap).
-    pub fn held_by_gate(&self, k: usize) -> bool {
-        k != LONG && self.classes[k].queued > 0 && self.below_cap(k) && self.counted() >= self.tickets
+    /// Whether class `k` has sessions that a free place would admit: some
+    /// queued, and below its cap (never the long lane, which a ticket does
+    /// not admit: only its own cap holds it back).
+    pub fn waits_for_place(&self, k: usize) -> bool {
+        k != LONG && self.classes[k].queued > 0 && self.below_cap(k)
     }
-    /// Whether the gate itself holds sessions back: some class below its cap
-    /// has sessions queued, and no place is free. The long lane's queue is
-    /// held back only by its own cap.
+    /// Whether the gate holds back class `k`'s queue: it waits for a place,
+    /// and no place is free.
+    pub fn held_by_gate(&self, k: usize) -> bool {
+        self.waits_for_place(k) && self.counted() >= self.tickets
+    }
+    /// Whether class `k`'s queue is held back, by its cap or by the gate:
+    /// what the progress guarantee's scope of the class watches.
+    pub fn class_held(&self, k: usize) -> bool {
+        self.held_at_cap(k) || self.held_by_gate(k)
+    }
+    /// Whether the gate itself holds sessions back: some class waits for a
+    /// place, and no place is free.
     pub fn holds_back(&self) -> bool {
-        self.counted() >= self.tickets
-            && (0..MAX_CLASSES).any(|k| k != LONG && self.classes[k].queued > 0 && self.below_cap(k))
+        self.counted() >= self.tickets && (0..MAX_CLASSES).any(|k| self.waits_for_place(k))
     }
     /// Admissions since the last reset outside the long lane: what moves the
     /// gate's own queue. The lane's holders take no place from it, so a
@@ -338,6 +346,16 @@ pub struct Slot {
     pub times_parked: u64,
     /// Total time this session spent parked, in microseconds.
     pub wait_total_us: u64,
+}
+
+impl Slot {
+    /// Whether, seen computing past `stall_timeout`, it would move into the
+    /// long lane ([`Gate::move_to_lane`], which also needs the lane below
+    /// its cap): a holder of class `default` whose class was not chosen
+    /// for it.
+    pub fn movable_to_lane(&self) -> bool {
+        self.state == SlotState::Admitted && self.class as usize == DEFAULT && !self.pinned
+    }
 }
 
 /// A view of the header and the slot array, borrowed under the caller's lock.
@@ -740,7 +758,7 @@ impl<'a> Gate<'a> {
     /// route) does not move.
     pub fn move_to_lane(&mut self, i: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         let s = self.slots[i];
-        if s.state != SlotState::Admitted || s.class as usize != DEFAULT || s.pinned || !self.h.below_cap(LONG) {
+        if !s.movable_to_lane() || !self.h.below_cap(LONG) {
             return false;
         }
         if s.stalled {
@@ -837,10 +855,10 @@ impl<'a> Gate<'a> {
     /// place is owed, or while the session that took the last one holds
     /// it, so that a class whose holders idle on their clients (think time,
     /// which looks the same) gets at most one place beyond its share.
-    /// Returns whether a place is owed now that was not.
     /// Nothing is owed when no other class has sessions a free place would
     /// admit: the class's head gets the next one, unless another class's
     /// session queues first (then the class is owed one a timeout later).
+    /// Returns whether a place is owed now that was not.
     pub fn owe(&mut self, k: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         if k >= MAX_CLASSES || k == LONG || self.h.classes[k].queued == 0 || self.h.classes[k].owed > 0 {
             return false;
@@ -1069,7 +1087,7 @@ impl<'a> Gate<'a> {
     /// Classes with sessions queued that are below their cap, and that a
     /// ticket admits: every class but the long lane.
     fn eligible(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..MAX_CLASSES).filter(|&k| k != LONG && self.h.classes[k].queued > 0 && self.h.below_cap(k))
+        (0..MAX_CLASSES).filter(|&k| self.h.waits_for_place(k))
     }
 
     /// The class whose head gets the next free place, if any may take it.
@@ -1916,7 +1934,7 @@ mod tests {
     /// it, when its holders wait on their clients (nobody of it works).
     fn idle_class_scope(h: &GateHeader, k: usize) -> crate::progress::ScopeSample {
         crate::progress::ScopeSample {
-            blocked: h.held_at_cap(k) || h.held_by_gate(k),
+            blocked: h.class_held(k),
             admitted: h.classes[k].counters.admitted,
             working: false,
             unverified: false,
