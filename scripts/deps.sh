@@ -39,8 +39,9 @@ for s in "${SERVICES[@]}"; do
   dpkg-query -W -f='${Status}' "$s" 2>/dev/null | grep -q "install ok installed" || continue
   if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
     systemctl disable --now --quiet "$s" 2>/dev/null || true
-  elif command -v service >/dev/null; then
-    service "$s" stop >/dev/null 2>&1 || true
+  else
+    command -v service >/dev/null && { service "$s" stop >/dev/null 2>&1 || true; }
+    command -v update-rc.d >/dev/null && { update-rc.d "$s" disable >/dev/null 2>&1 || true; }
   fi
 done
 
