@@ -557,12 +557,32 @@ session_case() { # what label name host sql expected
   if [ "$state" = "$6" ]; then log "trust: $1 ($2): $state in gatekeeper.sessions, as expected"
   else log "trust: $1 ($2): '$state' in gatekeeper.sessions, expected $6"; trust_failed=1; fi
 }
+# run_command_on_*'s connections run the caller's SQL. Citus opens them
+# under its executor's name and renames them citus_run_command gpid=N; the
+# caller's SQL names the session back (RESET application_name) and sleeps
+# from 127.0.0.1, a node: still gated on worker 1 (active), where riding,
+# one admission would start any number of ungated transactions.
+renamed_case() {
+  local sql="SELECT success FROM master_run_on_worker(ARRAY['127.0.0.1'], ARRAY[${port[w1]}],
+               ARRAY['RESET application_name; SELECT pg_sleep(2)'], false)"
+  timeout 60 "$PSQL" -X -q -At -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres -c "$sql" \
+    >"$out/trust-renamed.out" 2>&1 &
+  local pid=$! state ok
+  state=$(poll_w1 "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
+                   WHERE a.application_name LIKE 'citus\_internal gpid=%' AND a.wait_event = 'PgSleep'")
+  wait $pid
+  ok=$(cat "$out/trust-renamed.out")
+  if [ "$ok" != t ]; then log "trust: renamed: master_run_on_worker failed: $ok"; trust_failed=1
+  elif [ "$state" = active ]; then log "trust: renamed (run_command's connection named back as the executor's): active in gatekeeper.sessions, as expected"
+  else log "trust: renamed (run_command's connection named back as the executor's): '$state' in gatekeeper.sessions, expected active"; trust_failed=1; fi
+}
 trust_check() {
   local block="BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SELECT assign_distributed_transaction_id(1, 7, '2026-01-01 00:00:00+00');SELECT pg_sleep(2);COMMIT"
   session_case citus "a distributed transaction's block, from 127.0.0.1" "citus_internal gpid=10000000099" 127.0.0.1 "$block" idle
   session_case socket "the same block, over a Unix socket" "citus_internal gpid=10000000099" "$root" "$block" active
   session_case task "a statement outside a block, from 127.0.0.1" "citus_internal gpid=20000000098" 127.0.0.1 "SELECT pg_sleep(2)" idle
   session_case task-socket "the same statement, over a Unix socket" "citus_internal gpid=20000000098" "$root" "SELECT pg_sleep(2)" active
+  renamed_case
   # The refused peer is logged.
   if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
     log "trust: the refused peer is in worker 1's log"

@@ -31,15 +31,18 @@
 //! `exempt_superusers = off`: a superuser can turn the gate off anyway.
 //! Nothing here needs Citus to build or load: it is all run-time lookups.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 
 use pgrx::pg_sys;
+
+use crate::backend_local::BackendLocal;
 
 /// The application-name prefix of Citus's executor connections.
 const INTERNAL_PREFIX: &[u8] = b"citus_internal gpid=";
 /// The prefixes of every connection Citus opens between nodes (executor,
 /// rebalancer, run_command_on_*), for the superuser rule.
-const ANY_PREFIX: [&[u8]; 3] = [INTERNAL_PREFIX, b"citus_rebalancer gpid=", b"citus_run_command gpid="];
+const ANY_PREFIX: [&[u8]; 3] = [INTERNAL_PREFIX, b"citus_rebalancer gpid=", RUN_COMMAND_PREFIX];
 
 /// The global PID in an application name of the form `<prefix><digits>`,
 /// as Citus parses it (a leading number, not zero).
@@ -72,6 +75,29 @@ fn named_internal() -> bool {
     global_pid(application_name(), INTERNAL_PREFIX).is_some()
 }
 
+/// The name Citus gives `run_command_on_*`'s connections.
+const RUN_COMMAND_PREFIX: &[u8] = b"citus_run_command gpid=";
+
+/// This session has been seen named as `run_command_on_*`'s connection.
+static RAN_COMMANDS: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
+
+/// Look at the session's name: once seen named as `run_command_on_*`'s
+/// connection, it never rides. Called after every utility statement (a
+/// SET, RESET or DISCARD among them) and at every admission.
+///
+/// Those connections start under the executor's name, like every
+/// connection Citus opens, and Citus renames them with a `SET` of its own,
+/// run before the caller's SQL. That SQL could name the session back
+/// (`RESET application_name`, or `set_config('application_name', NULL,
+/// false)` inside a query), and its next statement would ride; seen
+/// renamed after Citus's `SET`, the session stays gated whatever name it
+/// takes next.
+pub fn note_name() {
+    if !RAN_COMMANDS.with(Cell::get) && global_pid(application_name(), RUN_COMMAND_PREFIX).is_some() {
+        RAN_COMMANDS.with(|r| r.set(true));
+    }
+}
+
 /// Whether this session is a superuser's connection named as one of
 /// Citus's between nodes: never gated. Needs a transaction.
 pub fn is_internal_superuser() -> bool {
@@ -87,7 +113,8 @@ pub fn is_internal_superuser() -> bool {
 /// Needs a transaction (the `nodes` entry reads `pg_dist_node`). Called
 /// with no borrow held and nothing half done: the peer's verdict may log.
 pub fn rides() -> bool {
-    // The cheap test first: every admission of every session passes here.
+    // The cheap tests first: every admission of every session passes here.
     // The peer's verdict is reached once per session.
-    named_internal() && crate::peer::trusted()
+    note_name();
+    named_internal() && !RAN_COMMANDS.with(Cell::get) && crate::peer::trusted()
 }

@@ -248,6 +248,8 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
 #[pg_guard]
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
+    // A SET, RESET or DISCARD may have renamed the session.
+    crate::citus::note_name();
     match action {
         // It ran, so the block ends at the next transaction event and the
         // chained one starts (an error before then means no chain: the mark

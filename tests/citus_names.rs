@@ -92,23 +92,31 @@ fn a_session_named_as_citus_rides_only_from_a_trusted_peer() {
     let run_command = run_command.spawn("SELECT 1");
     assert_eq!(c.wait_queued("citus_run_command gpid=30000000003"), 2);
     assert_stays_queued(&c, &run_command, Duration::from_millis(300));
+    // Its caller's SQL names it back as the executor's (RESET puts back
+    // the start-up packet's name): gated still.
+    let mut renamed = c.app("citus_internal gpid=40000000003");
+    renamed.ok("SET application_name TO 'citus_run_command gpid=40000000003'");
+    renamed.ok("RESET application_name");
+    let renamed = renamed.spawn("SELECT 1");
+    assert_eq!(c.wait_queued("citus_internal gpid=40000000003"), 3);
+    assert_stays_queued(&c, &renamed, Duration::from_millis(300));
 
     // Opened while the peer is trusted, asked again after the reload.
     let mut before = c.app("citus_internal gpid=10000000004");
     before.ok("SELECT 1");
     c.set_conf(&[("pg_gatekeeper.citus_peers", "")]);
     let before = before.spawn("SELECT 1");
-    assert_eq!(c.wait_queued("citus_internal gpid=10000000004"), 3);
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000004"), 4);
     let after = c.app("citus_internal gpid=10000000005").spawn("SELECT 1");
-    assert_eq!(c.wait_queued("citus_internal gpid=10000000005"), 4);
+    assert_eq!(c.wait_queued("citus_internal gpid=10000000005"), 5);
     assert_stays_queued(&c, &after, Duration::from_millis(300));
 
     h.ok("COMMIT");
-    for r in [client, run_command, before, after] {
+    for r in [client, run_command, renamed, before, after] {
         r.join_ok(Duration::from_secs(5));
     }
     let s = c.status();
-    assert_eq!((s.int("waited_total"), s.int("overflow_total")), (4, 0), "{:?}", s.0);
+    assert_eq!((s.int("waited_total"), s.int("overflow_total")), (5, 0), "{:?}", s.0);
     assert!(c.log_text().contains("its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers"));
     c.assert_quiet();
 }
