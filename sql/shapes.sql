@@ -62,6 +62,11 @@ SELECT 1 AS app_query;
 ALTER ROLE regress_app RESET pg_gatekeeper.class;
 SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 SELECT gatekeeper.unroute_shape(:q);
+-- With no query ids computed, a route is set but matches nothing: a WARNING.
+SET compute_query_id = off;
+SELECT gatekeeper.route_shape(:q, 'long');
+RESET compute_query_id;
+SELECT gatekeeper.unroute_shape(:q);
 
 -- Bad input.
 SELECT gatekeeper.route_shape(0, 'long');

@@ -75,3 +75,17 @@ SELECT bool_and(limit_reason IN ('manual', 'fixed', 'start', 'grow', 'shrink', '
 SELECT class FROM gatekeeper.classes;
 SELECT count(*) >= 1 AS has_sessions FROM gatekeeper.sessions WHERE class IS NULL OR class = 'default';
 DROP FUNCTION regress.gatekeeper_objects();
+
+-- A schema gatekeeper that another role created beforehand is refused:
+-- its owner could rename or drop the objects of the extension.
+DROP EXTENSION pg_gatekeeper;
+DROP SCHEMA gatekeeper;
+CREATE ROLE regress_squatter;
+CREATE SCHEMA gatekeeper AUTHORIZATION regress_squatter;
+CREATE EXTENSION pg_gatekeeper;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'pg_gatekeeper';
+ALTER SCHEMA gatekeeper OWNER TO CURRENT_USER;
+CREATE EXTENSION pg_gatekeeper;
+SELECT extversion = default_version AS current FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
+ WHERE e.extname = 'pg_gatekeeper';
+DROP ROLE regress_squatter;

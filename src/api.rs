@@ -476,6 +476,33 @@ fn reset() {
 
 extension_sql!(
     r#"
+-- Every object of the extension goes into schema gatekeeper, and the
+-- schema's owner could rename it or drop it with all of them: a schema of
+-- that name created beforehand by a role that is not a superuser is
+-- refused. (CREATE EXTENSION creates it, owned by its caller, when it does
+-- not exist.)
+DO $gatekeeper$
+DECLARE
+    owner name;
+BEGIN
+    SELECT r.rolname INTO owner
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+     WHERE n.nspname = 'gatekeeper' AND NOT r.rolsuper;
+    IF FOUND THEN
+        RAISE EXCEPTION 'schema "gatekeeper" is owned by role "%", which is not a superuser', owner
+            USING ERRCODE = '42501',
+                  DETAIL = 'Its owner could rename or drop the objects of the extension.',
+                  HINT = 'Drop the schema, or make a superuser its owner (ALTER SCHEMA gatekeeper OWNER TO ...), then create the extension again.';
+    END IF;
+END
+$gatekeeper$;
+"#,
+    name = "schema_owner",
+    bootstrap
+);
+
+extension_sql!(
+    r#"
 -- Each returns one row. At the default estimate of 1000 rows a function,
 -- the view's cross join of three was costed at 20 million, past
 -- jit_above_cost: every read of the view was JIT-compiled, 140-260 ms of

@@ -130,7 +130,10 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
         l.shapes.route(db, queryid as u64, name, until, now).map_err(Some)
     });
     match result {
-        Ok(()) => crate::route_store::save(),
+        Ok(()) => {
+            crate::route_store::save();
+            warn_without_query_ids();
+        }
         Err(None) => fail(
             PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
             format!("class \"{class}\" is not defined"),
@@ -153,6 +156,22 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
             ),
             "End routes with gatekeeper.unroute_shape(), or raise pg_gatekeeper.max_shapes and restart the server.",
         ),
+    }
+}
+
+/// A route holds, but with `compute_query_id = off` no statement carries
+/// the id it names: say so.
+fn warn_without_query_ids() {
+    // SAFETY: compute_query_id is a GUC variable of this backend.
+    if i64::from(unsafe { pg_sys::compute_query_id }) == i64::from(pg_sys::ComputeQueryIdType::COMPUTE_QUERY_ID_OFF) {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_WARNING,
+            "the route is set, but no statement carries a query id".to_string(),
+            function_name!(),
+        )
+        .set_detail("compute_query_id is off, so the route matches no transaction.")
+        .set_hint("Set compute_query_id to auto or on (pg_gatekeeper asks for query ids in auto).")
+        .report(PgLogLevel::WARNING);
     }
 }
 
