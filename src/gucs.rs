@@ -115,6 +115,8 @@ const MAX_BACKENDS: i32 = 0x3FFFF;
 static EXEMPTION_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
 /// Bumped when `citus_peers` changes in this process.
 static CITUS_PEERS_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
+/// The value of `citus_peers` last assigned in this process.
+static CITUS_PEERS_ASSIGNED: BackendLocal<RefCell<Option<Vec<u8>>>> = BackendLocal::new(RefCell::new(None));
 /// Bumped by the assign hooks of the settings that make the limit and the
 /// classes, so that a process that reloaded applies them.
 static LIMIT_GENERATION: BackendLocal<Cell<u64>> = BackendLocal::new(Cell::new(0));
@@ -592,8 +594,16 @@ unsafe extern "C-unwind" fn check_citus_peers(
 }
 
 #[pg_guard]
-unsafe extern "C-unwind" fn assign_citus_peers(_newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
-    CITUS_PEERS_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+unsafe extern "C-unwind" fn assign_citus_peers(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
+    // A reload assigns every setting of the file again, changed or not:
+    // only a new value sends the sessions back to the catalog and the
+    // resolver.
+    // SAFETY: called as a string assign hook: newval is NUL-terminated or NULL.
+    let text = if newval.is_null() { vec![] } else { unsafe { CStr::from_ptr(newval) }.to_bytes().to_vec() };
+    let changed = CITUS_PEERS_ASSIGNED.with(|v| v.replace(Some(text.clone())) != Some(text));
+    if changed {
+        CITUS_PEERS_GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+    }
 }
 
 #[pg_guard]
