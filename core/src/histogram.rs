@@ -37,7 +37,9 @@ impl Histogram {
     }
 
     pub fn record(&mut self, wait_us: u64) {
-        let i = BOUNDS_US.partition_point(|&b| b <= wait_us);
+        // A bucket holds the waits up to and including its upper bound, as
+        // Prometheus's `le` buckets do.
+        let i = BOUNDS_US.partition_point(|&b| b < wait_us);
         self.counts[i] += 1;
         self.max_us = self.max_us.max(wait_us);
     }
@@ -110,13 +112,16 @@ mod tests {
         let mut h = Histogram::default();
         h.record(0);
         h.record(99);
-        h.record(100); // bound is exclusive: 100 goes to the second bucket
+        h.record(100); // a bound is inclusive, as Prometheus's `le`
+        h.record(101);
+        h.record(60_000_000);
         h.record(70_000_000);
-        assert_eq!(h.counts[0], 2);
+        assert_eq!(h.counts[0], 3);
         assert_eq!(h.counts[1], 1);
+        assert_eq!(h.counts[NBUCKETS - 2], 1);
         assert_eq!(h.counts[NBUCKETS - 1], 1);
         assert_eq!(h.max_us, 70_000_000);
-        assert_eq!(h.total(), 4);
+        assert_eq!(h.total(), 6);
     }
 
     #[test]
