@@ -155,7 +155,15 @@ struct HistoryState {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // SIGINT too: with a database connection the worker would get
+    // PostgreSQL's StatementCancelHandler, and a pg_cancel_backend() (a
+    // DBA's "cancel every query" among them) would end it with an ERROR,
+    // and with it the deadlock breaker's and the progress guarantee's
+    // watches and the controllers' state. pgrx's handler only sets the
+    // latch: the worker runs no query to cancel.
+    BackgroundWorker::attach_signal_handlers(
+        SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM | SignalWakeFlags::SIGINT,
+    );
     BackgroundWorker::connect_worker_to_spi(None, None);
     let procno = procs::my_number() as i32;
     shmem::worker_procno().store(procno, Ordering::Relaxed);

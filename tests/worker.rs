@@ -752,6 +752,27 @@ fn a_terminated_worker_comes_back_within_about_a_second() {
     c.assert_quiet();
 }
 
+/// A cancel is not a reason to end: the worker runs no query, and a
+/// restart would forget the deadlock breaker's and the progress
+/// guarantee's watches (a DBA's "cancel every query" may reach it).
+#[test]
+fn a_cancelled_worker_keeps_running() {
+    let c = Cluster::start(&[]);
+    wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
+    let pid = c.worker_pid().unwrap();
+    c.admin_exec(&format!("SELECT pg_cancel_backend({pid})"));
+    // Ended, it would be back under another pid after its 1 s restart
+    // interval.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(c.worker_pid(), Some(pid), "the worker was replaced after {:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = c.log_text();
+    assert!(!log.contains(&format!("(PID {pid}) exited")), "the worker took the cancel:\n{log}");
+    c.assert_quiet();
+}
+
 #[test]
 fn a_reload_applies_while_the_worker_is_away() {
     let c = Cluster::start(LIMIT_ONE);
