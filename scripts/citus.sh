@@ -583,10 +583,29 @@ trust_check() {
   session_case task "a statement outside a block, from 127.0.0.1" "citus_internal gpid=20000000098" 127.0.0.1 "SELECT pg_sleep(2)" idle
   session_case task-socket "the same statement, over a Unix socket" "citus_internal gpid=20000000098" "$root" "SELECT pg_sleep(2)" active
   renamed_case
+  # A node that reaches itself through a socket directory
+  # (citus.local_hostname) trusts its own Unix-socket peers.
+  if q w1 postgres -c "ALTER SYSTEM SET citus.local_hostname = '$root'" -c "SELECT pg_reload_conf()" >/dev/null 2>&1 &&
+      wait_setting w1 citus.local_hostname "$root"; then
+    session_case local-socket "the block over a Unix socket, citus.local_hostname a socket directory" \
+      "citus_internal gpid=10000000097" "$root" "$block" idle
+  else log "trust: could not set citus.local_hostname on worker 1"; trust_failed=1; fi
+  q w1 postgres -c "ALTER SYSTEM RESET citus.local_hostname" -c "SELECT pg_reload_conf()" >/dev/null 2>&1
+  wait_setting w1 citus.local_hostname localhost || log "trust: citus.local_hostname not back to localhost on worker 1"
   # The refused peer is logged.
   if grep -q "its peer (a Unix-domain socket) is not in pg_gatekeeper.citus_peers" "$root/w1.log"; then
     log "trust: the refused peer is in worker 1's log"
   else log "trust: worker 1's log does not name the refused peer"; trust_failed=1; fi
+}
+
+# Wait (up to 10 s) until new sessions of node $1 see setting $2 at $3.
+wait_setting() { # node setting value
+  local i
+  for i in $(seq 1 100); do
+    [ "$(q "$1" postgres -c "SELECT current_setting('$2')")" = "$3" ] && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 # -- a small gate with every wait logged, for the checks below --------------------

@@ -98,7 +98,10 @@ fn origin() -> Option<Origin> {
 /// contributes nothing).
 fn nodes(from: Origin) -> Nodes {
     let names = node_names();
-    let mut nodes = Nodes { addresses: vec![], by_socket: names.iter().any(|n| n.starts_with('/')) };
+    // A node reaches itself through citus.local_hostname: a socket
+    // directory there brings its own connections over a Unix socket.
+    let local_by_socket = !names.is_empty() && local_hostname().is_some_and(|h| h.starts_with(b"/"));
+    let mut nodes = Nodes { addresses: vec![], by_socket: local_by_socket || names.iter().any(|n| n.starts_with('/')) };
     let mut hosts = vec![];
     for name in names.iter().filter(|n| !n.starts_with('/')) {
         match name.parse::<IpAddr>() {
@@ -115,6 +118,18 @@ fn nodes(from: Origin) -> Nodes {
         }
     }
     nodes
+}
+
+/// `citus.local_hostname`, the name a node connects to itself by; `None`
+/// without Citus loaded.
+fn local_hostname() -> Option<Vec<u8>> {
+    // SAFETY: GetConfigOption returns the setting's current string, owned by
+    // the GUC machinery, or NULL for an unknown one (missing_ok); it is
+    // copied at once.
+    unsafe {
+        let p = pg_sys::GetConfigOption(c"citus.local_hostname".as_ptr(), true, false);
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_bytes().to_vec())
+    }
 }
 
 /// The `nodename` of every row of `pg_catalog.pg_dist_node`; none without

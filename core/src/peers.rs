@@ -161,7 +161,9 @@ pub struct Nodes {
     /// host names resolve to.
     pub addresses: Vec<IpAddr>,
     /// Some node is registered by a socket directory (a name starting with
-    /// `/`): its connections arrive over Unix-domain sockets.
+    /// `/`), or this node reaches itself through one
+    /// (`citus.local_hostname`): those connections arrive over Unix-domain
+    /// sockets.
     pub by_socket: bool,
 }
 
