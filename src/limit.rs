@@ -50,6 +50,8 @@ pub enum CpuSource {
     /// A cgroup v2 `cpu.stat` whose quota of this many CPUs is tighter than
     /// the affinity set: idle is the quota's unused share.
     Quota(String, f64),
+    /// The same for a cgroup v1 quota, whose usage is its `cpuacct.usage`.
+    QuotaV1(String, f64),
 }
 
 /// Effective CPUs (the affinity mask, capped by every cgroup quota on the
@@ -65,15 +67,17 @@ pub fn cpu_budget() -> (f64, CpuSource) {
         .map(|v| v.len())
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
         .unwrap_or(1);
-    // (CPUs, the v2 cgroup directory that sets them, if v2)
-    let mut quotas: Vec<(f64, Option<String>)> = vec![];
+    // (CPUs, where the usage of the cgroup that sets them is read, if it can be)
+    let mut quotas: Vec<(f64, Option<CpuSource>)> = vec![];
     if let Ok(text) = fs::read_to_string("/proc/self/cgroup") {
         let paths = cpus::parse_proc_cgroup(&text);
         if let Some(p) = paths.v2 {
             for dir in cpus::ancestors(&p) {
                 let base = format!("{CGROUP_ROOT}{dir}");
                 if let Ok(s) = fs::read_to_string(format!("{base}/cpu.max")) {
-                    quotas.extend(cpus::parse_cpu_max(&s).map(|q| (q, Some(base))));
+                    quotas.extend(
+                        cpus::parse_cpu_max(&s).map(|q| (q, Some(CpuSource::Quota(format!("{base}/cpu.stat"), q)))),
+                    );
                 }
             }
         }
@@ -85,7 +89,15 @@ pub fn cpu_budget() -> (f64, CpuSource) {
                         fs::read_to_string(format!("{base}/cpu.cfs_quota_us")),
                         fs::read_to_string(format!("{base}/cpu.cfs_period_us")),
                     ) {
-                        quotas.extend(cpus::parse_cfs(&q, &per).map(|q| (q, None)));
+                        // Its usage: cpuacct beside cpu, or in a hierarchy
+                        // of its own under the same path.
+                        let usage =
+                            [format!("{base}/cpuacct.usage"), format!("{CGROUP_ROOT}/cpuacct{dir}/cpuacct.usage")]
+                                .into_iter()
+                                .find(|f| {
+                                    fs::read_to_string(f).ok().and_then(|u| cpus::parse_cpuacct_usage_us(&u)).is_some()
+                                });
+                        quotas.extend(cpus::parse_cfs(&q, &per).map(|q| (q, usage.map(|f| CpuSource::QuotaV1(f, q)))));
                     }
                 }
             }
@@ -97,7 +109,7 @@ pub fn cpu_budget() -> (f64, CpuSource) {
     let source = quotas
         .into_iter()
         .find(|(q, _)| *q == effective && effective < affinity as f64)
-        .and_then(|(q, dir)| dir.map(|d| CpuSource::Quota(format!("{d}/cpu.stat"), q)))
+        .and_then(|(_, source)| source)
         .unwrap_or_else(|| CpuSource::Cpus(ids.unwrap_or_else(|| (0..affinity).collect())));
     (effective, source)
 }
@@ -146,6 +158,9 @@ impl CpuMeter {
             CpuSource::Quota(file, _) => {
                 fs::read_to_string(file).ok().and_then(|s| cpus::parse_cgroup_usage_us(&s)).map(|u| (u, 0, 0))
             }
+            CpuSource::QuotaV1(file, _) => {
+                fs::read_to_string(file).ok().and_then(|s| cpus::parse_cpuacct_usage_us(&s)).map(|u| (u, 0, 0))
+            }
         }
     }
 
@@ -163,7 +178,7 @@ impl CpuMeter {
         let span = ended.or_else(|| start.map(|at| now - at).filter(|&us| us > 0));
         let measured = span.zip(before).and_then(|(us, prev)| match &self.source {
             CpuSource::Cpus(_) => cpus::idle_fraction(prev, cur),
-            CpuSource::Quota(_, q) => {
+            CpuSource::Quota(_, q) | CpuSource::QuotaV1(_, q) => {
                 cpus::quota_idle_fraction(cur.0.saturating_sub(prev.0), us as u64, *q).map(|f| (f, 0.0))
             }
         });

@@ -165,6 +165,12 @@ pub fn parse_cgroup_usage_us(cpu_stat: &str) -> Option<u64> {
     cpu_stat.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
 }
 
+/// CPU time used by a cgroup, in microseconds: a v1 `cpuacct.usage` file
+/// (nanoseconds).
+pub fn parse_cpuacct_usage_us(usage: &str) -> Option<u64> {
+    usage.trim().parse::<u64>().ok().map(|ns| ns / 1000)
+}
+
 /// Idle fraction of a CPU quota of `cpus` over `wall_us`, of which the
 /// cgroup used `used_us`; `None` if no time passed.
 pub fn quota_idle_fraction(used_us: u64, wall_us: u64, cpus: f64) -> Option<f64> {
@@ -194,6 +200,13 @@ pub fn auto_limit(effective_cpus: f64, per_cpu: f64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_v1_cpuacct_usage_in_microseconds() {
+        assert_eq!(parse_cpuacct_usage_us("123456789\n"), Some(123_456));
+        assert_eq!(parse_cpuacct_usage_us(""), None);
+        assert_eq!(parse_cpuacct_usage_us("max"), None);
+    }
 
     #[test]
     fn offline_cpus_in_the_affinity_mask_do_not_count() {
