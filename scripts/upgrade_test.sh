@@ -34,7 +34,8 @@ for d in "$old_dir" "$new_dir"; do
 done
 PG_BINDIR=$OLD_BIN cluster_init --initdb --data-checksums "$old_dir" "$port" "pg_gatekeeper.max_active = 2" \
   "shared_preload_libraries = 'pg_gatekeeper'"
-PG_BINDIR=$NEW_BIN cluster_init --initdb --data-checksums "$new_dir" "$port" "pg_gatekeeper.max_active = 2"
+# Limits that differ, so that the view's reading tells the clusters apart.
+PG_BINDIR=$NEW_BIN cluster_init --initdb --data-checksums "$new_dir" "$port" "pg_gatekeeper.max_active = 3"
 
 PG_BINDIR=$OLD_BIN cluster_start "$old_dir"
 PG_BINDIR=$OLD_BIN cluster_psql "$old_dir" postgres -d postgres \
@@ -55,7 +56,7 @@ PG_BINDIR=$NEW_BIN cluster_start "$new_dir"
 fail() { echo "FAIL: $*"; tail -20 "$new_dir/server.log"; exit 1; }
 got=$(psql_new postgres -d postgres -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper'")
 [ "$got" = "$version" ] || fail "extension version $got after the upgrade, $version before"
-[ "$(psql_new postgres -d postgres -c 'SELECT max_active FROM gatekeeper.status')" = 2 ] ||
+[ "$(psql_new postgres -d postgres -c 'SELECT max_active FROM gatekeeper.status')" = 3 ] ||
   fail "gatekeeper.status does not show the new cluster's limit"
 psql_new app -d postgres -c "SELECT count(*) FROM pg_class" >/dev/null || fail "a gated role's query failed"
 admitted=$(psql_new postgres -d postgres -c "SELECT admitted_total FROM gatekeeper.status")

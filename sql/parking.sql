@@ -152,7 +152,10 @@ SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT * FROM dblink_get_result('b') AS t(x text);
 SELECT dblink_exec('b', 'BEGIN');
 SELECT * FROM dblink('b', 'SELECT 1') AS t(x int);
+SELECT times_parked AS a_parked FROM gatekeeper.sessions JOIN pids USING (pid) WHERE conn = 'a' \gset
 SELECT dblink_exec('a', 'COMMIT PREPARED ''regress_gx''');
+SELECT times_parked = :a_parked AS commit_prepared_never_parked
+  FROM gatekeeper.sessions JOIN pids USING (pid) WHERE conn = 'a';
 SELECT dblink_exec('b', 'COMMIT');
 
 -- A savepoint rollback keeps the slot.

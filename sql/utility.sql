@@ -86,7 +86,9 @@ SELECT transactions_admitted FROM gatekeeper.sessions WHERE pid = :a_pid;
 -- CHECKPOINT never waits, even with the gate full.
 SELECT dblink_exec('h', 'BEGIN');
 SELECT * FROM dblink('h', 'SELECT 1') AS t(x int);
+SELECT times_parked AS a_parked FROM gatekeeper.sessions WHERE pid = :a_pid \gset
 SELECT dblink_exec('a', 'CHECKPOINT');
+SELECT times_parked = :a_parked AS checkpoint_never_parked FROM gatekeeper.sessions WHERE pid = :a_pid;
 SELECT dblink_exec('h', 'COMMIT');
 
 SELECT dblink_exec('a', 'DROP TABLE public.t1, public.t2');

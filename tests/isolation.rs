@@ -126,17 +126,24 @@ fn classes_cluster(classes: &str, extra: &[(&'static str, &'static str)]) -> Clu
 #[test]
 fn sessions_waiting_on_their_class_cap_do_not_make_the_gate_lend() {
     let c = classes_cluster("reports (max_active = 1)", &[("pg_gatekeeper.max_active", "2")]);
+    c.create_burn();
     let rep = |k: usize| c.session_as("rep", &format!("rep{k}"));
-    let held = rep(0).spawn("SELECT count(*) FROM generate_series(1, 3000000)");
+    let held = rep(0).spawn("SELECT burn(4.0)");
     wait_until("rep0 holds the class's place", Duration::from_secs(5), || class_i64(&c, "reports", "admitted") == 1);
     let waiting: Vec<Running> = (1..3).map(|k| rep(k).spawn("SELECT 1")).collect();
     wait_until("two reports wait on the cap", Duration::from_secs(5), || class_i64(&c, "reports", "queued") == 2);
-    // The worker samples every 5 ms while they wait: watch the tickets.
+    // The worker samples every 5 ms while they wait: watch the tickets for
+    // 2 s, while rep0 computes.
     let t0 = Instant::now();
-    while !held.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+    let mut samples = 0;
+    while t0.elapsed() < Duration::from_secs(2) {
+        assert!(!held.is_finished(), "rep0 ended before the watch did");
         let s = c.status();
         assert_eq!(s.tickets(), 2, "tickets lent for sessions only their class's cap holds back");
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(samples >= 10, "only {samples} readings in 2 s");
     held.join_ok(Duration::from_secs(30));
     for r in waiting {
         r.join_ok(Duration::from_secs(10));
@@ -159,6 +166,7 @@ fn a_capped_class_never_passes_its_cap_and_others_get_in() {
         if short == Duration::ZERO && t0.elapsed() > Duration::from_secs(1) {
             short = c.app("oltp").spawn("SELECT 1").join_ok(Duration::from_secs(5)).elapsed;
         }
+        std::thread::sleep(Duration::from_millis(5));
     }
     stop.store(true, Ordering::Relaxed);
     for r in reports {

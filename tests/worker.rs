@@ -218,8 +218,10 @@ fn a_lock_waiter_counts_as_running() {
 /// finish within 2 s of the ALTER.
 #[test]
 fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
-    // lock_timeout and queue_timeout stay 0: nothing else would end the wait.
-    let c = Cluster::start(LIMIT_ONE);
+    // lock_timeout and queue_timeout stay 0, and the progress guarantee is
+    // out of the way (A sleeps, which is no work to it): nothing else would
+    // end the wait.
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.progress_timeout", "1h")]);
     create_t(&c);
     let a = idle_in_transaction(&c, "A");
     let overflow_before = c.status().int("overflow_total");
@@ -237,6 +239,7 @@ fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
     assert!(Instant::now() <= deadline, "not broken within 2 s of the ALTER");
     assert!(b_done.finished <= deadline);
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
 
     a.ok("COMMIT");
     assert_eq!(
@@ -248,7 +251,7 @@ fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
 
 #[test]
 fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
-    let c = Cluster::start(ONE_TICKET);
+    let c = Cluster::start(BREAKER_ONLY);
     create_t(&c);
     let a = idle_in_transaction(&c, "A");
     let overflow_before = c.status().int("overflow_total");
@@ -263,6 +266,7 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
     let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
 
     a.ok("COMMIT");
     c.assert_quiet();
@@ -365,6 +369,7 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
     while t0.elapsed() < Duration::from_secs(3) {
         let s = c.status();
         assert!(s.admitted() <= 3, "{} admitted at max_active 2 (the waiter and two places)", s.admitted());
+        std::thread::sleep(Duration::from_millis(5));
     }
     let overflow = c.status().int("overflow_total") - before;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
