@@ -40,14 +40,22 @@ passed=0 failed=0 summary=()
 # leaves running with its output cannot hold the step open.)
 logdir=target/test-logs
 rm -rf "$logdir"; mkdir -p "$logdir"
-step() { # name command...
-  local name=$1; shift
+# A step that runs past its limit (seconds) is a hang: it is ended, counted
+# as failed, and the test servers it left are stopped, so that the run goes
+# on and its summary comes out long before CI's own time runs out.
+step() { # name limit command...
+  local name=$1 limit=$2; shift 2
   printf '\n==== %s\n' "$name"
-  local t0=$SECONDS log
+  local t0=$SECONDS log rc=0
   log=$logdir/$(printf '%02d' $((passed + failed + 1)))-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-' | cut -c1-60).log
-  if "$@" > >(tee "$log") 2>&1; then
+  timeout -k 30 "$limit" "$@" > >(tee "$log") 2>&1 || rc=$?
+  if [ $rc = 0 ]; then
     passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
   else
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+      summary+=("FAIL  $name: ended after its limit of $limit s (a hang?)")
+      stop_test_servers
+    fi
     failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); what it printed last:")
     sleep 1 # tee's last write
     # A Rust test's panic message (what failed, and why) comes first; the
@@ -58,43 +66,58 @@ step() { # name command...
   fi
 }
 
+# The integration tests' servers (tests/common) that a step ended by its
+# limit left running.
+stop_test_servers() {
+  local pid_file
+  for pid_file in /tmp/pg_gatekeeper_test.*/data/postmaster.pid; do
+    [ -f "$pid_file" ] || continue
+    runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$(dirname "$pid_file")" stop -m immediate >/dev/null 2>&1 || true
+  done
+}
+
 bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
 
-step "rustfmt" cargo fmt --all --check
-step "clippy (warnings denied)" cargo clippy --all-targets -- -D warnings
-step "core unit tests" cargo test -p gatekeeper_core
+step "rustfmt" 300 cargo fmt --all --check
+step "clippy (warnings denied)" 1200 cargo clippy --all-targets -- -D warnings
+step "core unit tests" 600 cargo test -p gatekeeper_core
 
 # The integration tests talk to the installed extension over connections;
 # they are built once. A separate target dir keeps these builds from
 # thrashing cargo-pgrx's cache. One test at a time: timings (lending, the
 # deadlock breaker, stall relief) need the CPUs. Every test file runs even
 # when one fails, so that one failure does not hide the others.
-itest() { env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test --no-fail-fast "$@" -- --test-threads=1; }
+itest() { # the test files' options...
+  env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test --no-fail-fast "$@" -- --test-threads=1
+}
+export -f itest
 
+# Limits are several times what each step takes on a 2-CPU machine (the
+# whole run about 40 minutes, a fresh machine's builds included).
 for m in "${majors[@]}"; do
   PG_MAJOR=$m source scripts/pg_env.sh
-  if step "PostgreSQL $m: build and install (debug)" bash scripts/install.sh "$m"; then
-    step "PostgreSQL $m: pg_regress" bash scripts/regress.sh --pg "$m"
-    step "PostgreSQL $m: integration tests" \
-      itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors --test exporter --test standby \
-        --test citus_names --test first_statement --test lane
-    step "PostgreSQL $m: chaos and restart tests" itest --test chaos
+  if step "PostgreSQL $m: build and install (debug)" 1200 bash scripts/install.sh "$m"; then
+    step "PostgreSQL $m: pg_regress" 300 bash scripts/regress.sh --pg "$m"
+    step "PostgreSQL $m: integration tests" 1500 \
+      bash -c 'itest "$@"' itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors \
+        --test exporter --test standby --test citus_names --test first_statement --test lane
+    step "PostgreSQL $m: chaos and restart tests" 900 bash -c 'itest "$@"' itest --test chaos
     # Last for this version: it sets the development install aside and puts
     # it back when done.
-    step "PostgreSQL $m: package (install, use, update, remove)" bash scripts/package_test.sh --pg "$m"
+    step "PostgreSQL $m: package (install, use, update, remove)" 900 bash scripts/package_test.sh --pg "$m"
   fi
 done
 
 if [[ " ${majors[*]} " == *" 15 "* && " ${majors[*]} " == *" 18 "* ]]; then
-  step "pg_upgrade 15 to 18 with the extension" bash scripts/upgrade_test.sh 15 18
+  step "pg_upgrade 15 to 18 with the extension" 300 bash scripts/upgrade_test.sh 15 18
 fi
 if [[ " ${majors[*]} " == *" 15 "* ]]; then
   PG_MAJOR=15 source scripts/pg_env.sh
   bash scripts/install.sh 15 >/dev/null 2>&1
-  step "benchmark smoke (PostgreSQL 15)" bash bench/run.sh --smoke --no-build
+  step "benchmark smoke (PostgreSQL 15)" 900 bash bench/run.sh --smoke --no-build
   # About 3 minutes (Citus's build, once, 1.5 more).
   if [ $citus = 1 ] && ls ../shared/vendor/citus-*.tar.gz >/dev/null 2>&1; then
-    step "Citus: 3 nodes, the gate on each, no hang (PostgreSQL 15)" bash scripts/citus.sh --smoke
+    step "Citus: 3 nodes, the gate on each, no hang (PostgreSQL 15)" 1500 bash scripts/citus.sh --smoke
   elif [ $citus = 1 ]; then
     summary+=("skip  Citus: no Citus source in ../shared/vendor (see scripts/citus_build.sh)")
   fi
