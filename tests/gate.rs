@@ -653,3 +653,56 @@ fn a_login_event_trigger_passes_and_the_sessions_first_statement_queues() {
     c.admin_exec("DROP EVENT TRIGGER on_login");
     c.assert_quiet();
 }
+
+/// A parallel query's workers ride on their leader's admission: they are
+/// background workers, never gated. At one place and no lending, with the
+/// progress guarantee out of the way, a worker that parked behind its own
+/// leader would never be admitted, and the query would never end.
+#[test]
+fn a_parallel_querys_workers_ride_on_the_leaders_admission() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+        ("pg_gatekeeper.progress_timeout", "1h"),
+        ("max_worker_processes", "8"),
+        ("max_parallel_workers", "4"),
+    ]);
+    c.admin_exec(
+        "CREATE TABLE big AS SELECT g AS id FROM generate_series(1, 200000) g;
+         ANALYZE big;
+         GRANT SELECT ON big TO app;",
+    );
+    let force = if c.admin_i64("SELECT current_setting('server_version_num')::bigint") < 160000 {
+        "force_parallel_mode"
+    } else {
+        "debug_parallel_query"
+    };
+    let before = c.status();
+    let mut s = c.app("leader");
+    s.ok(&format!(
+        "SET {force} = on; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;
+         SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2"
+    ));
+    let plan = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let out = plan.clone();
+    let run = s.spawn_with(move |client| {
+        let rows =
+            client.simple_query("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM big")?;
+        for m in rows {
+            if let postgres::SimpleQueryMessage::Row(r) = m {
+                let mut text = out.lock().unwrap();
+                text.push_str(r.get(0).unwrap_or(""));
+                text.push('\n');
+            }
+        }
+        Ok(())
+    });
+    run.join_ok(Duration::from_secs(10));
+    let plan = plan.lock().unwrap().clone();
+    assert!(plan.contains("Workers Launched: 2"), "the query ran without its workers:\n{plan}");
+    let after = c.status();
+    assert_eq!(after.int("admitted_total") - before.int("admitted_total"), 1, "one admission, the leader's");
+    assert_eq!(after.int("overflow_total"), before.int("overflow_total"), "nobody admitted over the limit");
+    assert_eq!(after.int("waited_total"), before.int("waited_total"), "nobody waited");
+    c.assert_quiet();
+}
