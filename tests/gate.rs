@@ -12,8 +12,11 @@ use std::time::{Duration, Instant};
 
 use common::{assert_stays_queued, sqlstate, wait_until, Cluster, Running, Session, Wire, WireReply};
 
-/// One place, and idle holders never lend it.
-const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
+/// One place, and idle holders never lend it; the progress guarantee out
+/// of the way (the holders here idle on purpose, which it would take for a
+/// stuck queue and move after a second, hiding a lost hand-off).
+const ONE_TICKET: &[(&str, &str)] =
+    &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1"), ("pg_gatekeeper.progress_timeout", "1h")];
 
 const SHORT: Duration = Duration::from_millis(300);
 const PROMPT: Duration = Duration::from_secs(2);
@@ -107,13 +110,7 @@ fn the_warm_hand_off_serves_the_oldest_once_it_has_waited_the_bound() {
 /// The holder ends its transaction with `end`; the parked session must be
 /// admitted then, and not before.
 fn hand_off(end: impl FnOnce(&Cluster, &mut Session, &Running)) {
-    // The progress guarantee out of the way: the place must come from the
-    // hand-off, not from the guarantee a second after the holder idled.
-    let c = Cluster::start(&[
-        ("pg_gatekeeper.max_active", "1"),
-        ("pg_gatekeeper.max_tickets", "1"),
-        ("pg_gatekeeper.progress_timeout", "1h"),
-    ]);
+    let c = Cluster::start(ONE_TICKET);
     let mut h = holder(&c);
     let w = c.app("waiter").spawn("SELECT 1");
     c.wait_queued("waiter");
