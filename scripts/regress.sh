@@ -24,6 +24,7 @@ shared_preload_libraries = 'pg_gatekeeper'
 max_connections = 50
 max_prepared_transactions = 5
 pg_gatekeeper.history_interval = '100ms'
+pg_gatekeeper.progress_timeout = '1h'
 CONF
 printf "max_connections = 20\n" > "$work/plain.conf"
 chown -R postgres: "$work"

@@ -82,7 +82,10 @@ DROP EXTENSION pg_gatekeeper;
 DROP SCHEMA gatekeeper;
 CREATE ROLE regress_squatter;
 CREATE SCHEMA gatekeeper AUTHORIZATION regress_squatter;
+-- (Its context lines differ between versions.)
+\set SHOW_CONTEXT never
 CREATE EXTENSION pg_gatekeeper;
+\set SHOW_CONTEXT errors
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'pg_gatekeeper';
 ALTER SCHEMA gatekeeper OWNER TO CURRENT_USER;
 CREATE EXTENSION pg_gatekeeper;
