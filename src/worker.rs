@@ -42,6 +42,9 @@ use crate::{deadlock, gucs, limit, liveness, procs, shmem};
 const RESOLVE_EVERY_US: i64 = 10_000_000;
 /// How often the deadlock breaker looks, at most, while it has work.
 const DEADLOCK_CHECK_EVERY_US: i64 = 100_000;
+/// How often a limit that does not bind is checked for an overload.
+const UNBOUND_EVERY_US: i64 = 1_000_000;
+
 pub fn register() {
     BackgroundWorkerBuilder::new("pg_gatekeeper worker")
         .set_type("pg_gatekeeper worker")
@@ -72,6 +75,9 @@ struct Adapt {
     /// When the window began, and the admissions and ended transactions
     /// (admissions less holders) then.
     window: Option<(i64, u64, u64)>,
+    /// When the limit was last checked for an overload with nobody queued
+    /// (`adaptive::unbound_overload`), and how many checks in a row saw one.
+    unbound: (i64, u32),
 }
 
 impl Adapt {
@@ -357,6 +363,7 @@ fn sample_and_steer(
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let mut window = None;
+    let mut unbound_shrink = None;
     let h = shmem::with_gate_waking(|mut l, wake| {
         for &(i, admitted_at_us, act) in &changes {
             // The slot may have released since we looked, or hold a new
@@ -454,6 +461,35 @@ fn sample_and_steer(
                 spare: lend_signals.cpu_spare,
             });
         }
+        if window.is_none() && h.queued == 0 && now - adapt.unbound.0 >= UNBOUND_EVERY_US {
+            // Nothing queued, so no window is measured and no probe runs:
+            // once a second, a limit that does not bind is checked for an
+            // overload, which two checks in a row must see. The CPUs' idle
+            // share is the one since the previous sample (a quiet spell's).
+            adapt.unbound.0 = now;
+            let signals = adaptive::Signals {
+                limit: h.limit,
+                bounds: l.status.bounds,
+                queued: 0,
+                running: running as f64,
+                working: working.min(running) as f64,
+                tput: f64::NAN,
+                cpu_idle: cpu_shown,
+                computing: l.status.computing_avg,
+            };
+            match adaptive::unbound_overload(signals) {
+                Some(limit) if adapt.unbound.1 >= 1 => {
+                    adapt.unbound.1 = 0;
+                    adapt.climber.after_shrink();
+                    l.status.reason = adaptive::Reason::Shrink as u8;
+                    l.status.changed_at_us = now;
+                    l.gate.set_limit(limit, l.status.ceiling, now, wake);
+                    unbound_shrink = Some((h.limit, limit, signals.working, cpu_shown));
+                }
+                Some(_) => adapt.unbound.1 += 1,
+                None => adapt.unbound.1 = 0,
+            }
+        }
         let h = *l.gate.header();
         // Sessions held back by their class's cap are not sessions a ticket
         // could admit: counting them would lend without end.
@@ -486,6 +522,12 @@ fn sample_and_steer(
     });
     if let Some(w) = window {
         w.log();
+    }
+    if let Some((from, to, working, idle)) = unbound_shrink {
+        pgrx::log!(
+            "pg_gatekeeper: limit {from} -> {to}: nobody queued, but {working} holders at work over full CPUs ({:.0} % idle)",
+            idle * 100.0
+        );
     }
     // Every sample, so that a scope whose queue empties without admissions
     // (timeouts, cancels) starts a new queue's quiet time afresh.

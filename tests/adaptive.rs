@@ -207,6 +207,31 @@ fn a_turn_to_cpu_bound_work_brings_the_limit_back_within_five_seconds() {
     c.assert_quiet();
 }
 
+/// A limit that wait-bound work raised above every client must come down
+/// when the same clients turn to short CPU-bound transactions, though none
+/// of them queues and none computes long: before, nothing brought it down,
+/// and the gate gated nothing for as long as the clients stayed fewer.
+#[test]
+fn a_limit_above_every_client_comes_down_when_they_turn_to_cpu_work() {
+    let c = Cluster::start(&[("max_connections", "150")]);
+    c.create_burn();
+    let floor = c.status().max_active();
+    let clients = 2 * floor + 4;
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "sleep", 60, WAIT_BOUND, &stop);
+    c.wait_status_for("wait-bound work grows the limit past the clients to come", Duration::from_secs(30), |s| {
+        s.max_active() > clients + 4
+    });
+    stop_loops(loops, &stop);
+    // Statements of 20 ms of CPU each, far below stall_timeout: the CPUs
+    // are full, and every client runs at once under the grown limit.
+    let stop_cpu = Arc::new(AtomicBool::new(false));
+    let storm = start_loops(&c, "cpu", clients as usize, "SELECT burn(0.02)", &stop_cpu);
+    c.wait_status_for("the limit comes below the clients", Duration::from_secs(20), |s| s.max_active() < clients);
+    stop_loops(storm, &stop_cpu);
+    c.assert_quiet();
+}
+
 /// `status.cpu_idle` is measured while nothing is queued too: the worker
 /// then samples once per `history_interval`, a window its decisions do not
 /// use, but the gauge shows it. A session computing on one of the CPUs

@@ -231,6 +231,15 @@ impl Climber {
             // under way stops where it stands.
             self.dir = 0;
             self.streak = 0;
+            // But no probe brings down a limit that does not bind.
+            if let Some(to) = unbound_overload(s) {
+                if self.hold > 0 {
+                    self.hold -= 1;
+                    return None;
+                }
+                self.after_shrink();
+                return Some((to, Reason::Shrink));
+            }
             return None;
         }
         // Up only while the places are used: holders that use the server
@@ -331,12 +340,33 @@ impl Climber {
         Some((to, if dir > 0 { Reason::Grow } else { Reason::Shrink }))
     }
 
+    /// The limit was brought down outside a probe: no probe for a while.
+    pub fn after_shrink(&mut self) {
+        *self = Climber { hold: HOLD_WINDOWS, ..Climber::default() };
+    }
+
     /// A knee: no probe for a while.
     fn settle(&mut self) {
         self.dir = 0;
         self.streak = 0;
         self.hold = HOLD_WINDOWS;
     }
+}
+
+/// A limit that does not bind (nobody queued) over full CPUs, with more
+/// holders at work than one and a half times the floor (the CPU-bound
+/// optimum): the overload the limit is for, which no probe would undo,
+/// since probes need a queue. Down a quarter, so that sessions queue and
+/// probing goes on from there. Before, a limit raised by wait-bound work
+/// stayed above every client once the work turned to short CPU-bound
+/// transactions (none computing past `stall_timeout`), and the gate gated
+/// nothing for as long as the clients stayed fewer. Idle CPUs (the work
+/// waits on something else) or few at work leave it where it is.
+pub fn unbound_overload(s: Signals) -> Option<u32> {
+    let floor = s.bounds.floor;
+    let overloaded = s.cpu_idle < IDLE_ROOM && s.working > shrink_above(s.bounds);
+    (s.bounds.adaptive() && s.queued == 0 && overloaded && s.limit > floor)
+        .then(|| s.limit.saturating_sub((s.limit / 4).max(1)).max(floor))
 }
 
 /// Where the limit stands after a reload or at start: the manual value, or
@@ -540,6 +570,44 @@ mod tests {
             let s = Signals { working: 0.4 * B.floor as f64, ..full(B.floor, 50, 1000.0) };
             assert!(c.next_limit(s).is_none_or(|(n, _)| n <= B.floor), "a pile-up grew it");
         }
+    }
+
+    /// `clients` sessions that run short CPU-bound transactions one after
+    /// another, at a limit: those over it queue, the rest work, and
+    /// throughput is [`cpu_bound`]'s for those running.
+    fn short_cpu_bound(clients: u32, cpu_idle: f64) -> impl FnMut(u32) -> Signals {
+        move |limit| {
+            let running = clients.min(limit);
+            Signals {
+                queued: clients.saturating_sub(limit),
+                running: running as f64,
+                working: running as f64,
+                cpu_idle,
+                ..full(limit, 0, cpu_bound(running))
+            }
+        }
+    }
+
+    #[test]
+    fn a_limit_above_every_client_comes_down_over_full_cpus() {
+        // Wait-bound work raised the limit to 150; 120 clients now run short
+        // CPU-bound transactions, none queued, none computing long.
+        let trail = drive(150, 200, short_cpu_bound(120, 0.0));
+        let late = &trail[100..];
+        assert!(late.iter().all(|&l| l < 120), "the limit stayed above the clients: {:?}", &trail[..40]);
+        let mean = late.iter().map(|&l| l as f64).sum::<f64>() / late.len() as f64;
+        assert!(mean <= 40.0, "mean limit {mean} against a knee at 10");
+    }
+
+    #[test]
+    fn a_limit_that_does_not_bind_stays_with_idle_cpus_or_few_at_work() {
+        // Idle CPUs: the work is not CPU-bound (wait-bound work that has
+        // just run out of queued sessions); the limit stays.
+        let trail = drive(150, 100, short_cpu_bound(120, 0.3));
+        assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
+        // Full CPUs, but fewer at work than one and a half times the floor.
+        let trail = drive(150, 100, short_cpu_bound(10, 0.0));
+        assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
     }
 
     #[test]
