@@ -75,9 +75,10 @@ struct Adapt {
     /// When the window began, and the admissions and ended transactions
     /// (admissions less holders) then.
     window: Option<(i64, u64, u64)>,
-    /// When the limit was last checked for an overload with nobody queued
-    /// (`adaptive::unbound_overload`), and how many checks in a row saw one.
-    unbound: (i64, u32),
+    /// When the limit was last checked for an overload with nobody queued,
+    /// or last seen binding (someone queued), and the checks in a row.
+    unbound_at: i64,
+    unbound: adaptive::UnboundCheck,
 }
 
 impl Adapt {
@@ -303,8 +304,8 @@ fn sample_and_steer(
     // lock is held as long with 4,000 connections as with 40.
     // Each with the admission it was decided for (its grant time).
     let mut changes: Vec<(usize, i64, Act)> = vec![];
-    let (busy, working, computing) = shmem::with_gate_shared(|l| {
-        let (mut busy, mut computing) = (0u32, 0u32);
+    let (busy, working, computing, on_cpu) = shmem::with_gate_shared(|l| {
+        let (mut busy, mut computing, mut on_cpu) = (0u32, 0u32, 0u32);
         let mut seen: Vec<working::Holder> = vec![];
         let h = l.gate.header();
         // Which stalled holders are relieved is not recorded; while all of
@@ -349,6 +350,7 @@ fn sample_and_steer(
             // statements on a busy CPU show no wait event either while they
             // wait for it; the limit's throughput probes judge those.
             computing += (long && computes) as u32;
+            on_cpu += computes as u32;
             if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
                 changes.push((i, s.admitted_at_us, Act::RanLong));
             }
@@ -359,7 +361,7 @@ fn sample_and_steer(
                 changes.push((i, s.admitted_at_us, Act::Stall(stalled)));
             }
         }
-        (busy, working::count(&seen), computing)
+        (busy, working::count(&seen), computing, on_cpu)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();
     let mut window = None;
@@ -461,33 +463,22 @@ fn sample_and_steer(
                 spare: lend_signals.cpu_spare,
             });
         }
-        if window.is_none() && h.queued == 0 && now - adapt.unbound.0 >= UNBOUND_EVERY_US {
-            // Nothing queued, so no window is measured and no probe runs:
-            // once a second, a limit that does not bind is checked for an
-            // overload, which two checks in a row must see. The CPUs' idle
-            // share is the one since the previous sample (a quiet spell's).
-            adapt.unbound.0 = now;
-            let signals = adaptive::Signals {
-                limit: h.limit,
-                bounds: l.status.bounds,
-                queued: 0,
-                running: running as f64,
-                working: working.min(running) as f64,
-                tput: f64::NAN,
-                cpu_idle: cpu_shown,
-                computing: l.status.computing_avg,
-            };
-            match adaptive::unbound_overload(signals) {
-                Some(limit) if adapt.unbound.1 >= 1 => {
-                    adapt.unbound.1 = 0;
-                    adapt.climber.after_shrink();
-                    l.status.reason = adaptive::Reason::Shrink as u8;
-                    l.status.changed_at_us = now;
-                    l.gate.set_limit(limit, l.status.ceiling, now, wake);
-                    unbound_shrink = Some((h.limit, limit, signals.working, cpu_shown));
-                }
-                Some(_) => adapt.unbound.1 += 1,
-                None => adapt.unbound.1 = 0,
+        if h.queued > 0 {
+            adapt.unbound_at = now;
+            adapt.unbound.reset();
+        } else if now - adapt.unbound_at >= UNBOUND_EVERY_US {
+            // Nobody queued since the last check, a second ago at least: no
+            // window is judged and no probe runs, so a limit above every
+            // client is checked for an overload here
+            // (adaptive::UnboundCheck).
+            adapt.unbound_at = now;
+            let quiet = adaptive::Quiet { limit: h.limit, bounds: l.status.bounds, on_cpu, cpu_idle: cpu_shown };
+            if let Some(limit) = adapt.unbound.check(quiet) {
+                adapt.climber.after_shrink();
+                l.status.reason = adaptive::Reason::Shrink as u8;
+                l.status.changed_at_us = now;
+                l.gate.set_limit(limit, l.status.ceiling, now, wake);
+                unbound_shrink = Some((h.limit, limit, on_cpu, cpu_shown));
             }
         }
         let h = *l.gate.header();
@@ -523,9 +514,9 @@ fn sample_and_steer(
     if let Some(w) = window {
         w.log();
     }
-    if let Some((from, to, working, idle)) = unbound_shrink {
+    if let Some((from, to, on_cpu, idle)) = unbound_shrink {
         pgrx::log!(
-            "pg_gatekeeper: limit {from} -> {to}: nobody queued, but {working} holders at work over full CPUs ({:.0} % idle)",
+            "pg_gatekeeper: limit {from} -> {to}: nobody queued, but {on_cpu} holders on the CPUs ({:.0} % idle)",
             idle * 100.0
         );
     }

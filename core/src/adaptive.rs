@@ -43,12 +43,13 @@
 //! down. There, the places count as used unless the holders that use the
 //! server are a pile-up (fewer than half of them work), and only such a
 //! pile-up brings the limit down.
-//! Nothing else moves while nobody is queued: the limit does not bind, so
+//! No probe moves while nobody is queued: the limit does not bind, so
 //! there is nothing to learn. One rule acts first, queue or not: while more
 //! holders compute long than one and a half times the floor, the limit
 //! comes down a quarter per window, and it never steps up while as many as
 //! the floor do: holders computing long stay within [`cpu_cap`], twice the
-//! floor.
+//! floor. And with nobody queued, an overload of holders on a CPU brings
+//! it down too ([`UnboundCheck`]).
 
 /// Length of one window: throughput is compared window by window. At 2000
 /// transactions a second a window counts about 1000, a few per cent of
@@ -231,15 +232,6 @@ impl Climber {
             // under way stops where it stands.
             self.dir = 0;
             self.streak = 0;
-            // But no probe brings down a limit that does not bind.
-            if let Some(to) = unbound_overload(s) {
-                if self.hold > 0 {
-                    self.hold -= 1;
-                    return None;
-                }
-                self.after_shrink();
-                return Some((to, Reason::Shrink));
-            }
             return None;
         }
         // Up only while the places are used: holders that use the server
@@ -353,20 +345,69 @@ impl Climber {
     }
 }
 
-/// A limit that does not bind (nobody queued) over full CPUs, with more
-/// holders at work than one and a half times the floor (the CPU-bound
-/// optimum): the overload the limit is for, which no probe would undo,
-/// since probes need a queue. Down a quarter, so that sessions queue and
-/// probing goes on from there. Before, a limit raised by wait-bound work
-/// stayed above every client once the work turned to short CPU-bound
-/// transactions (none computing past `stall_timeout`), and the gate gated
-/// nothing for as long as the clients stayed fewer. Idle CPUs (the work
-/// waits on something else) or few at work leave it where it is.
-pub fn unbound_overload(s: Signals) -> Option<u32> {
-    let floor = s.bounds.floor;
-    let overloaded = s.cpu_idle < IDLE_ROOM && s.working > shrink_above(s.bounds);
-    (s.bounds.adaptive() && s.queued == 0 && overloaded && s.limit > floor)
-        .then(|| s.limit.saturating_sub((s.limit / 4).max(1)).max(floor))
+/// What the worker sees of a limit that does not bind, at one check
+/// ([`UnboundCheck`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Quiet {
+    pub limit: u32,
+    pub bounds: Bounds,
+    /// Holders on a CPU or waiting for one (no wait event, or an LWLock),
+    /// however long their statements have run: not sleepers, nor those
+    /// waiting on I/O, a lock or their client.
+    pub on_cpu: u32,
+    /// The CPUs' idle share over the last measured span.
+    pub cpu_idle: f64,
+}
+
+/// Whether `q` is an overload: over full CPUs (under [`IDLE_ROOM`] idle),
+/// more holders on a CPU than one and a half times the floor (the
+/// CPU-bound optimum). Then the limit to take: a quarter less.
+pub fn unbound_overload(q: Quiet) -> Option<u32> {
+    let floor = q.bounds.floor;
+    let overloaded = q.cpu_idle < IDLE_ROOM && q.on_cpu as f64 > shrink_above(q.bounds);
+    (q.bounds.adaptive() && overloaded && q.limit > floor)
+        .then(|| q.limit.saturating_sub((q.limit / 4).max(1)).max(floor))
+}
+
+/// A limit that does not bind is never probed (probes need a queue), so
+/// one that wait-bound work raised stayed above every client once the
+/// clients turned to short CPU-bound transactions (none computing past
+/// `stall_timeout`, the CPU cap's measure), and the gate gated nothing for
+/// as long as they stayed fewer. The worker checks once a second while
+/// nobody has been queued since the last check; two checks in a row that
+/// see an [`unbound_overload`] take the limit down a quarter, so that
+/// sessions queue and probing goes on from there. Sleepers and I/O waits
+/// are not on a CPU: wait-bound work that has admitted every client is no
+/// overload, however busy the CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct UnboundCheck {
+    /// Checks in a row that saw an overload.
+    seen: u32,
+}
+
+impl UnboundCheck {
+    /// One check; the limit to take, if any.
+    pub fn check(&mut self, q: Quiet) -> Option<u32> {
+        match unbound_overload(q) {
+            Some(to) if self.seen >= 1 => {
+                self.seen = 0;
+                Some(to)
+            }
+            Some(_) => {
+                self.seen += 1;
+                None
+            }
+            None => {
+                self.seen = 0;
+                None
+            }
+        }
+    }
+
+    /// Someone queued: the limit binds, and checks start over.
+    pub fn reset(&mut self) {
+        self.seen = 0;
+    }
 }
 
 /// Where the limit stands after a reload or at start: the manual value, or
@@ -572,41 +613,71 @@ mod tests {
         }
     }
 
-    /// `clients` sessions that run short CPU-bound transactions one after
-    /// another, at a limit: those over it queue, the rest work, and
-    /// throughput is [`cpu_bound`]'s for those running.
-    fn short_cpu_bound(clients: u32, cpu_idle: f64) -> impl FnMut(u32) -> Signals {
-        move |limit| {
+    /// `clients` sessions at a limit: those over it queue; of those
+    /// admitted, a share `cpu` is on a CPU (the rest sleep or wait on I/O),
+    /// and throughput is [`cpu_bound`]'s for those on a CPU. The worker's
+    /// way: while nobody queues, the unbound check, once per window; else
+    /// the climber.
+    fn quiet_or_probed(start: u32, windows: usize, clients: u32, cpu: f64, cpu_idle: f64) -> Vec<u32> {
+        let (mut c, mut check) = (Climber::default(), UnboundCheck::default());
+        let mut limit = start;
+        let mut trail = vec![];
+        for _ in 0..windows {
             let running = clients.min(limit);
-            Signals {
-                queued: clients.saturating_sub(limit),
-                running: running as f64,
-                working: running as f64,
-                cpu_idle,
-                ..full(limit, 0, cpu_bound(running))
+            let on_cpu = (running as f64 * cpu).round() as u32;
+            let queued = clients.saturating_sub(limit);
+            if queued == 0 {
+                if let Some(n) = check.check(Quiet { limit, bounds: B, on_cpu, cpu_idle }) {
+                    c.after_shrink();
+                    limit = n;
+                }
+            } else {
+                check.reset();
+                let s = Signals {
+                    queued,
+                    running: running as f64,
+                    working: running as f64,
+                    cpu_idle,
+                    ..full(limit, 0, cpu_bound(on_cpu))
+                };
+                if let Some((n, _)) = c.next_limit(s) {
+                    limit = n;
+                }
             }
+            trail.push(limit);
         }
+        trail
     }
 
     #[test]
     fn a_limit_above_every_client_comes_down_over_full_cpus() {
         // Wait-bound work raised the limit to 150; 120 clients now run short
         // CPU-bound transactions, none queued, none computing long.
-        let trail = drive(150, 200, short_cpu_bound(120, 0.0));
+        let trail = quiet_or_probed(150, 200, 120, 1.0, 0.0);
         let late = &trail[100..];
         assert!(late.iter().all(|&l| l < 120), "the limit stayed above the clients: {:?}", &trail[..40]);
         let mean = late.iter().map(|&l| l as f64).sum::<f64>() / late.len() as f64;
         assert!(mean <= 40.0, "mean limit {mean} against a knee at 10");
+        // One check alone does not move it.
+        let mut check = UnboundCheck::default();
+        let q = Quiet { limit: 150, bounds: B, on_cpu: 120, cpu_idle: 0.0 };
+        assert_eq!(check.check(q), None);
+        check.reset();
+        assert_eq!(check.check(q), None);
+        assert_eq!(check.check(q), Some(113));
     }
 
     #[test]
-    fn a_limit_that_does_not_bind_stays_with_idle_cpus_or_few_at_work() {
-        // Idle CPUs: the work is not CPU-bound (wait-bound work that has
-        // just run out of queued sessions); the limit stays.
-        let trail = drive(150, 100, short_cpu_bound(120, 0.3));
+    fn a_limit_that_does_not_bind_stays_with_idle_cpus_few_on_a_cpu_or_sleepers() {
+        // Idle CPUs: the work is not CPU-bound.
+        let trail = quiet_or_probed(150, 100, 120, 1.0, 0.3);
         assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
-        // Full CPUs, but fewer at work than one and a half times the floor.
-        let trail = drive(150, 100, short_cpu_bound(10, 0.0));
+        // Full CPUs, but fewer on a CPU than one and a half times the floor.
+        let trail = quiet_or_probed(150, 100, 10, 1.0, 0.0);
+        assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
+        // Full CPUs, every client admitted, but a tenth of them on a CPU,
+        // the rest asleep or waiting on I/O: wait-bound work at its best.
+        let trail = quiet_or_probed(150, 100, 120, 0.1, 0.05);
         assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
     }
 
