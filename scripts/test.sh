@@ -48,13 +48,20 @@ step() { # name limit command...
   printf '\n==== %s\n' "$name"
   local t0=$SECONDS log rc=0
   log=$logdir/$(printf '%02d' $((passed + failed + 1)))-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-' | cut -c1-60).log
-  timeout -k 30 "$limit" "$@" > >(tee "$log") 2>&1 || rc=$?
+  # timeout runs the step in a process group of its own (so that the
+  # whole of it ends at the limit), out of the terminal's reach: an
+  # interrupt is passed on to it by the trap below.
+  timeout -k 30 "$limit" "$@" > >(tee "$log") 2>&1 &
+  step_pid=$!
+  wait $step_pid || rc=$?
+  local group=$step_pid
+  step_pid=
   if [ $rc = 0 ]; then
     passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
   else
-    if [ $rc = 124 ] || [ $rc = 137 ]; then
+    if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $((SECONDS - t0)) -ge "$limit" ]; then
       summary+=("FAIL  $name: ended after its limit of $limit s (a hang?)")
-      stop_test_servers
+      end_step "$group"
     fi
     failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); what it printed last:")
     sleep 1 # tee's last write
@@ -67,14 +74,28 @@ step() { # name limit command...
 }
 
 # The integration tests' servers (tests/common) that a step ended by its
-# limit left running.
+# limit left running: those whose test process (the first number in the
+# directory's name) is gone, not another run's.
 stop_test_servers() {
-  local pid_file
+  local pid_file owner
   for pid_file in /tmp/pg_gatekeeper_test.*/data/postmaster.pid; do
     [ -f "$pid_file" ] || continue
+    owner=${pid_file#/tmp/pg_gatekeeper_test.}
+    owner=${owner%%.*}
+    kill -0 "$owner" 2>/dev/null && continue
     runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$(dirname "$pid_file")" stop -m immediate >/dev/null 2>&1 || true
   done
 }
+# What is left of a step's process group once it ended or was ended: its
+# processes end a moment after timeout does (waited for up to 30 s), then
+# the test servers they left.
+end_step() { # group
+  kill -TERM -- -"$1" 2>/dev/null
+  for _ in $(seq 1 150); do kill -0 -- -"$1" 2>/dev/null || break; sleep 0.2; done
+  stop_test_servers
+}
+step_pid=
+trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; exit 130' INT TERM
 
 bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
 
