@@ -63,9 +63,17 @@ ALTER ROLE regress_app RESET pg_gatekeeper.class;
 SELECT routed_to, routed_total FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
 SELECT gatekeeper.unroute_shape(:q);
 -- With no query ids computed, a route is set but matches nothing: a WARNING.
+-- Read where the sessions' settings come from (here the database's), not
+-- from a SET of the caller's own session.
 SET compute_query_id = off;
 SELECT gatekeeper.route_shape(:q, 'long');
-RESET compute_query_id;
+SELECT gatekeeper.unroute_shape(:q);
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" SET compute_query_id = off;
+\c - postgres
+SELECT gatekeeper.route_shape(:q, 'long');
+ALTER DATABASE :"db" RESET compute_query_id;
+\c - postgres
 SELECT gatekeeper.unroute_shape(:q);
 
 -- Bad input.

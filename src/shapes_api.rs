@@ -4,6 +4,8 @@
 //! shapes, and all of them (routes too) with the privileges of
 //! pg_read_all_stats.
 
+use std::ffi::CStr;
+
 use gatekeeper_core::classes::ClassName;
 use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -162,14 +164,21 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
 /// A route holds, but with `compute_query_id = off` no statement carries
 /// the id it names: say so.
 fn warn_without_query_ids() {
-    // SAFETY: compute_query_id is a GUC variable of this backend.
-    if i64::from(unsafe { pg_sys::compute_query_id }) == i64::from(pg_sys::ComputeQueryIdType::COMPUTE_QUERY_ID_OFF) {
+    // The value sessions start with (the configuration file's, or ALTER
+    // DATABASE's or ALTER ROLE's for this one), not a SET of the caller's.
+    // SAFETY: the setting exists (core); the string is the GUC machinery's
+    // own, NUL-terminated, read at once.
+    let off = unsafe {
+        let p = pg_sys::GetConfigOptionResetString(c"compute_query_id".as_ptr());
+        !p.is_null() && CStr::from_ptr(p).to_bytes() == b"off"
+    };
+    if off {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_WARNING,
-            "the route is set, but no statement carries a query id".to_string(),
+            "the route is set, but compute_query_id is off".to_string(),
             function_name!(),
         )
-        .set_detail("compute_query_id is off, so the route matches no transaction.")
+        .set_detail("Without query ids, the route matches no transaction.")
         .set_hint("Set compute_query_id to auto or on (pg_gatekeeper asks for query ids in auto).")
         .report(PgLogLevel::WARNING);
     }
