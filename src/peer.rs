@@ -2,7 +2,8 @@
 //! the gate (`pg_gatekeeper.citus_peers`, `gatekeeper_core::peers`).
 //!
 //! [`trusted`] is decided once per session, and again after a reload that
-//! changed the setting (a connection's peer does not change): it may read
+//! changed the setting or whether `citus.local_hostname` names a socket
+//! directory (a connection's peer does not change): it may read
 //! `pg_dist_node` and resolve host names, so it is kept off the path of
 //! every transaction. A refusal is decided again after
 //! [`RETRY_REFUSAL_US`], in case it came from a name that did not resolve
@@ -30,8 +31,9 @@ unsafe extern "C" {
 pub const RETRY_REFUSAL_US: i64 = 10_000_000;
 
 /// [`trusted`]'s verdict, the `citus_peers` generation it was reached
-/// under, and when.
-static TRUSTED: BackendLocal<Cell<Option<(bool, u64, i64)>>> = BackendLocal::new(Cell::new(None));
+/// under, whether `citus.local_hostname` named a socket directory then,
+/// and when.
+static TRUSTED: BackendLocal<Cell<Option<(bool, u64, bool, i64)>>> = BackendLocal::new(Cell::new(None));
 /// This session has logged a refusal.
 static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 
@@ -40,16 +42,19 @@ static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
 /// Called with no borrow held and nothing half done: it may log.
 pub fn trusted() -> bool {
     let generation = gucs::citus_peers_generation();
+    // A reload that changes citus.local_hostname (Citus's setting, which
+    // the gate's generation does not follow) changes the verdict too.
+    let local_socket = local_hostname().is_some_and(|h| h.starts_with(b"/"));
     let now = crate::now_us();
-    if let Some((v, g, at)) = TRUSTED.with(|t| t.get()) {
-        if g == generation && (v || now - at < RETRY_REFUSAL_US) {
+    if let Some((v, g, l, at)) = TRUSTED.with(|t| t.get()) {
+        if g == generation && l == local_socket && (v || now - at < RETRY_REFUSAL_US) {
             return v;
         }
     }
     let list = gucs::citus_peers();
     let from = origin();
-    let verdict = from.is_some_and(|o| peers::decide(&list, o, || nodes(o)));
-    TRUSTED.with(|t| t.set(Some((verdict, generation, now))));
+    let verdict = from.is_some_and(|o| peers::decide(&list, o, || nodes(o, local_socket)));
+    TRUSTED.with(|t| t.set(Some((verdict, generation, local_socket, now))));
     if !verdict {
         log_refusal(from);
     }
@@ -96,11 +101,11 @@ fn origin() -> Option<Origin> {
 /// `from`, the addresses the host names resolve to (a blocking lookup, as
 /// libpq's own when Citus connects to them; a name that does not resolve
 /// contributes nothing).
-fn nodes(from: Origin) -> Nodes {
+fn nodes(from: Origin, local_socket: bool) -> Nodes {
     let names = node_names();
     // A node reaches itself through citus.local_hostname: a socket
     // directory there brings its own connections over a Unix socket.
-    let local_by_socket = !names.is_empty() && local_hostname().is_some_and(|h| h.starts_with(b"/"));
+    let local_by_socket = !names.is_empty() && local_socket;
     let mut nodes = Nodes { addresses: vec![], by_socket: local_by_socket || names.iter().any(|n| n.starts_with('/')) };
     let mut hosts = vec![];
     for name in names.iter().filter(|n| !n.starts_with('/')) {
