@@ -61,8 +61,9 @@ step() { # name limit command...
   else
     if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $((SECONDS - t0)) -ge "$limit" ]; then
       summary+=("FAIL  $name: ended after its limit of $limit s (a hang?)")
-      end_step "$group"
     fi
+    # A test killed on its way (its limit, or memory) leaves its servers.
+    end_step "$group"
     failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); what it printed last:")
     sleep 1 # tee's last write
     # A Rust test's panic message (what failed, and why) comes first; the
@@ -73,8 +74,8 @@ step() { # name limit command...
   fi
 }
 
-# The integration tests' servers (tests/common) that a step ended by its
-# limit left running: those whose test process (the first number in the
+# The integration tests' servers (tests/common) that a failed or ended step
+# left running: those whose test process (the first number in the
 # directory's name) is gone, not another run's.
 stop_test_servers() {
   local pid_file owner
@@ -95,7 +96,8 @@ end_step() { # group
   stop_test_servers
 }
 step_pid=
-trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; exit 130' INT TERM
+trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; exit 130' INT
+trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "terminated"; exit 143' TERM
 
 bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
 

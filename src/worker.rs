@@ -229,6 +229,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
                 &mut next_deadlock_us,
                 &mut hist.next_at_us,
                 &mut hist.last_at_us,
+                &mut adapt.unbound_at,
             ] {
                 *t -= step;
             }
@@ -463,6 +464,8 @@ fn sample_and_steer(
                 spare: lend_signals.cpu_spare,
             });
         }
+        // After the window's decision, if one was taken.
+        let h = *l.gate.header();
         if h.queued > 0 {
             adapt.unbound_at = now;
             adapt.unbound.reset();
@@ -472,12 +475,17 @@ fn sample_and_steer(
             // client is checked for an overload here
             // (adaptive::UnboundCheck).
             adapt.unbound_at = now;
-            let quiet = adaptive::Quiet { limit: h.limit, bounds: l.status.bounds, on_cpu, cpu_idle: cpu_shown };
+            let quiet =
+                adaptive::Quiet { limit: h.limit, bounds: l.status.bounds, busy: running, on_cpu, cpu_idle: cpu_shown };
             if let Some(limit) = adapt.unbound.check(quiet) {
                 adapt.climber.after_shrink();
                 l.status.reason = adaptive::Reason::Shrink as u8;
                 l.status.changed_at_us = now;
                 l.gate.set_limit(limit, l.status.ceiling, now, wake);
+                // Tickets down with it: left above every client, they would
+                // queue nobody, and the next checks would cut again. The
+                // running-holder rule lends again from there if holders idle.
+                l.gate.set_tickets(limit, now, wake);
                 unbound_shrink = Some((h.limit, limit, on_cpu, cpu_shown));
             }
         }

@@ -351,9 +351,11 @@ impl Climber {
 pub struct Quiet {
     pub limit: u32,
     pub bounds: Bounds,
-    /// Holders on a CPU or waiting for one (no wait event, or an LWLock),
-    /// however long their statements have run: not sleepers, nor those
-    /// waiting on I/O, a lock or their client.
+    /// Holders that use the server: all but those waiting on their client.
+    pub busy: u32,
+    /// Of those, the ones on a CPU or waiting for one (no wait event, or an
+    /// LWLock), however long their statements have run: not sleepers, nor
+    /// those waiting on I/O or a lock.
     pub on_cpu: u32,
     /// The CPUs' idle share over the last measured span.
     pub cpu_idle: f64,
@@ -361,10 +363,14 @@ pub struct Quiet {
 
 /// Whether `q` is an overload: over full CPUs (under [`IDLE_ROOM`] idle),
 /// more holders on a CPU than one and a half times the floor (the
-/// CPU-bound optimum). Then the limit to take: a quarter less.
+/// CPU-bound optimum), and they the most of those that use the server.
+/// Then the limit to take: a quarter less. The last condition keeps
+/// wait-bound work out: its short statements wait for a busy CPU too,
+/// which once held its limit at 39-42 (`computing`'s first measure), but
+/// most of its holders sleep or wait on I/O.
 pub fn unbound_overload(q: Quiet) -> Option<u32> {
     let floor = q.bounds.floor;
-    let overloaded = q.cpu_idle < IDLE_ROOM && q.on_cpu as f64 > shrink_above(q.bounds);
+    let overloaded = q.cpu_idle < IDLE_ROOM && q.on_cpu as f64 > shrink_above(q.bounds) && 2 * q.on_cpu > q.busy;
     (q.bounds.adaptive() && overloaded && q.limit > floor)
         .then(|| q.limit.saturating_sub((q.limit / 4).max(1)).max(floor))
 }
@@ -376,9 +382,9 @@ pub fn unbound_overload(q: Quiet) -> Option<u32> {
 /// as long as they stayed fewer. The worker checks once a second while
 /// nobody has been queued since the last check; two checks in a row that
 /// see an [`unbound_overload`] take the limit down a quarter, so that
-/// sessions queue and probing goes on from there. Sleepers and I/O waits
-/// are not on a CPU: wait-bound work that has admitted every client is no
-/// overload, however busy the CPUs.
+/// sessions queue and probing goes on from there. Wait-bound work that
+/// has admitted every client is no overload, however busy the CPUs: most
+/// of its holders are not on one.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct UnboundCheck {
     /// Checks in a row that saw an overload.
@@ -627,7 +633,7 @@ mod tests {
             let on_cpu = (running as f64 * cpu).round() as u32;
             let queued = clients.saturating_sub(limit);
             if queued == 0 {
-                if let Some(n) = check.check(Quiet { limit, bounds: B, on_cpu, cpu_idle }) {
+                if let Some(n) = check.check(Quiet { limit, bounds: B, busy: running, on_cpu, cpu_idle }) {
                     c.after_shrink();
                     limit = n;
                 }
@@ -660,7 +666,7 @@ mod tests {
         assert!(mean <= 40.0, "mean limit {mean} against a knee at 10");
         // One check alone does not move it.
         let mut check = UnboundCheck::default();
-        let q = Quiet { limit: 150, bounds: B, on_cpu: 120, cpu_idle: 0.0 };
+        let q = Quiet { limit: 150, bounds: B, busy: 120, on_cpu: 120, cpu_idle: 0.0 };
         assert_eq!(check.check(q), None);
         check.reset();
         assert_eq!(check.check(q), None);
@@ -675,9 +681,10 @@ mod tests {
         // Full CPUs, but fewer on a CPU than one and a half times the floor.
         let trail = quiet_or_probed(150, 100, 10, 1.0, 0.0);
         assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
-        // Full CPUs, every client admitted, but a tenth of them on a CPU,
-        // the rest asleep or waiting on I/O: wait-bound work at its best.
-        let trail = quiet_or_probed(150, 100, 120, 0.1, 0.05);
+        // Full CPUs, every client admitted, a third of them on a CPU (three
+        // times the floor's one and a half), the rest asleep or waiting on
+        // I/O: wait-bound work at its best.
+        let trail = quiet_or_probed(150, 100, 120, 0.33, 0.02);
         assert!(trail.iter().all(|&l| l == 150), "{trail:?}");
     }
 
