@@ -647,10 +647,7 @@ impl<'a> Gate<'a> {
         let waited = self.end_wait(i, now_us);
         self.slots[i].state = SlotState::Idle;
         let c = self.slots[i].class as usize;
-        // A place owed to a queue that emptied without taking it.
-        if self.h.classes[c].queued == 0 {
-            self.h.classes[c].owed = 0;
-        }
+        self.forget_owed_if_empty(c);
         for (counters, waits) in
             [(&mut self.h.counters, &mut self.h.waits), (&mut self.h.classes[c].counters, &mut self.h.classes[c].waits)]
         {
@@ -781,8 +778,7 @@ impl<'a> Gate<'a> {
     pub fn pump_lane(&mut self, now_us: i64, wake: &mut dyn FnMut(usize)) {
         while self.h.classes[LONG].queued > 0 && self.h.below_cap(LONG) {
             let i = self.h.classes[LONG].head as usize;
-            self.unlink(i);
-            self.grant(i, now_us, false);
+            self.admit_queued(i, now_us, false);
             wake(i);
         }
     }
@@ -816,17 +812,7 @@ impl<'a> Gate<'a> {
         if self.slots[i].state != SlotState::Queued {
             return false;
         }
-        let c = self.slots[i].class as usize;
-        // The place owed to the class is its head's: the deadlock breaker
-        // admitting another of its sessions leaves it owed.
-        let head = self.h.classes[c].head as usize == i;
-        self.unlink(i);
-        self.grant(i, now_us, true);
-        if head {
-            self.take_owed(i);
-        } else if self.h.classes[c].queued == 0 {
-            self.h.classes[c].owed = 0;
-        }
+        self.admit_queued(i, now_us, true);
         self.pump_lane(now_us, wake);
         true
     }
@@ -1134,21 +1120,34 @@ impl<'a> Gate<'a> {
             let Some(k) = self.pick_class() else { break };
             // The head, if a place is owed to the class (`next_in`).
             let i = self.next_in(k, now_us);
-            self.unlink(i);
-            self.grant(i, now_us, false);
-            self.take_owed(i);
+            self.admit_queued(i, now_us, false);
             wake(i);
         }
         self.pump_lane(now_us, wake);
     }
 
-    /// Slot `i`, just admitted from the head of its class's queue, takes the
-    /// place owed to the class, if one is ([`Gate::owe`]).
-    fn take_owed(&mut self, i: usize) {
+    /// Take queued slot `i` out of its queue into an admission (`over`:
+    /// past every limit). A place owed to its class ([`Gate::owe`]) is its
+    /// head's: the head takes it, and another session admitted (the
+    /// deadlock breaker's choice) leaves it owed, unless the queue is now
+    /// empty.
+    fn admit_queued(&mut self, i: usize, now_us: i64, over: bool) {
         let c = self.slots[i].class as usize;
-        if self.h.classes[c].owed > 0 {
+        let head = self.h.classes[c].head as usize == i;
+        self.unlink(i);
+        self.grant(i, now_us, over);
+        if head && self.h.classes[c].owed > 0 {
             self.h.classes[c].owed -= 1;
             self.slots[i].owed_place = true;
+        }
+        self.forget_owed_if_empty(c);
+    }
+
+    /// A place owed to class `c` whose queue emptied without taking it is
+    /// owed no more.
+    fn forget_owed_if_empty(&mut self, c: usize) {
+        if self.h.classes[c].queued == 0 {
+            self.h.classes[c].owed = 0;
         }
     }
 
@@ -1206,7 +1205,7 @@ impl<'a> Gate<'a> {
         self.h.holders += 1;
         self.h.classes[c].admitted += 1;
         // Whether it takes a place owed to its class: the caller says so
-        // (`take_owed`).
+        // (`admit_queued`).
         self.slots[i].owed_place = false;
         self.note_demand();
         let class = &mut self.h.classes[c];
