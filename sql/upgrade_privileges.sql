@@ -141,6 +141,31 @@ SELECT count(*) > 0 AS readable FROM public.my_gate;
 DROP VIEW public.my_gate;
 DROP TABLE before, before_init;
 
+-- From 0.4.0: status gains columns in place (CREATE OR REPLACE VIEW), so its
+-- grants and a view of the DBA's over it stay; the new objects are the
+-- new release's own.
+DROP EXTENSION pg_gatekeeper;
+CREATE EXTENSION pg_gatekeeper VERSION '0.4.0';
+SELECT regress.restrict();
+CREATE VIEW public.my_gate AS
+  SELECT s.max_active, s.limit_reason, s.queued, x.class FROM gatekeeper.status s, gatekeeper.sessions x;
+CREATE TEMP TABLE before AS SELECT * FROM regress.privileges();
+CREATE TEMP TABLE before_init AS SELECT * FROM regress.privileges(true);
+SELECT regress.set_traps();
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT regress.clear_traps();
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+SELECT * FROM before EXCEPT SELECT * FROM regress.privileges() ORDER BY 1, 2, 3;
+SELECT * FROM regress.privileges() EXCEPT SELECT * FROM before ORDER BY 1, 2, 3;
+SELECT * FROM before_init EXCEPT SELECT * FROM regress.privileges(true) ORDER BY 1, 2, 3;
+SELECT * FROM regress.privileges(true) EXCEPT SELECT * FROM before_init ORDER BY 1, 2, 3;
+SELECT has_table_privilege('regress_reader', 'gatekeeper.status', 'SELECT') AS reader_status,
+       has_table_privilege('regress_app', 'gatekeeper.status', 'SELECT') AS public_status,
+       has_column_privilege('regress_reader', 'gatekeeper.sessions', 'queue_position', 'SELECT') AS reader_position;
+SELECT count(*) > 0 AS readable FROM public.my_gate;
+DROP VIEW public.my_gate;
+DROP TABLE before, before_init;
+
 -- Back to a fresh install.
 DROP EXTENSION pg_gatekeeper;
 CREATE EXTENSION pg_gatekeeper;
