@@ -25,6 +25,9 @@ fn main() {
         .file("src/cpu_time.c")
         .file("src/peer.c")
         .include(includedir.trim())
+        // A hook whose signature changed in these headers must fail the
+        // build, not be assigned with a warning (GCC 12 and 13 only warn).
+        .flag_if_supported("-Werror=incompatible-pointer-types")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-missing-field-initializers")
         .compile("gatekeeper_hooks_shim");

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use gatekeeper_core::admission::{DEFAULT, LONG};
 use gatekeeper_core::classes::{ClassName, ClassParams};
+use gatekeeper_core::progress;
 use gatekeeper_core::shapes::{Change, Lane};
 use gatekeeper_core::{Abandon, Full, Request};
 use pgrx::pg_sys;
@@ -67,13 +68,16 @@ pub fn passes_anyway() -> bool {
 
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
+    // Before anything else: a reload applied by any session that reads
+    // it, exempt ones too (the worker may be away, every gated session
+    // parked, and a DBA's superuser session the only one to run).
+    session::apply_reloaded_limit();
     if passes_anyway() || crate::citus::rides() {
         // Decided once per transaction: a reload that ends the exemption
         // takes effect at the next transaction, never mid-way.
         session::pass_this_transaction();
         return;
     }
-    session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
     // SAFETY: MyDatabaseId is set once the backend connected; GetUserId
@@ -221,6 +225,8 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
     // The timeout runs on the monotonic clock, as PostgreSQL's own timers
     // do: a step of the wall clock neither fires it early nor stretches it.
     let began = std::time::Instant::now();
+    // The progress guarantee while the worker is away (`HeadWatch`).
+    let mut head_watch = progress::HeadWatch::default();
     loop {
         let now = crate::now_us();
         // Before the admission check: polling the client may reset the latch.
@@ -231,9 +237,12 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         // check does, expecting interrupts to be served next: a cancel that
         // set it must not wait for the next wake-up.
         pg_sys::check_for_interrupts!();
-        let (admitted, limit, queued) = shmem::with_gate_shared(|l| {
+        let (admitted, limit, queued, class_admitted, head, sampled_at_us) = shmem::with_gate_shared(|l| {
             let h = l.gate.header();
-            (l.gate.is_admitted(slot), h.limit, h.queued)
+            let k = l.gate.slot(slot).class as usize;
+            let class_admitted = h.classes.get(k).map_or(0, |c| c.counters.admitted);
+            let head = l.gate.class_head(k) == Some(slot);
+            (l.gate.is_admitted(slot), h.limit, h.queued, class_admitted, head, l.status.sampled_at_us)
         });
         if admitted {
             guard.armed = false;
@@ -258,6 +267,14 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
             return; // admitted at the last moment
         }
         let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
+        match head_watch.look(now, class_admitted, sampled_at_us, head, gucs::progress_timeout_us()) {
+            progress::Look::Admit => {
+                admit_without_worker(slot, now, sampled_at_us);
+                continue;
+            }
+            progress::Look::Again { at_us } if head => sleep_ms = sleep_ms.min((at_us - now) / 1000 + 1),
+            progress::Look::Again { .. } => {}
+        }
         if timeout_ms > 0 {
             sleep_ms = sleep_ms.min(timeout_ms as i64 - waited_ms as i64);
         }
@@ -265,6 +282,39 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
             client_lost(&mut guard);
         }
         pg_sys::check_for_interrupts!();
+    }
+}
+
+/// The head of a class's queue admits itself over the limit: the worker has
+/// not sampled since `sampled_at_us` and the queue stood still
+/// (`progress::HeadWatch`). Checked again under the lock: a worker that
+/// sampled meanwhile, or a session that went ahead, makes it wait on. The
+/// next head is woken, so that its own watch starts now.
+fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64) {
+    let admitted = shmem::with_gate_waking(|mut l, wake| {
+        let k = l.gate.slot(slot).class as usize;
+        if l.status.sampled_at_us != sampled_at_us || l.gate.class_head(k) != Some(slot) {
+            return false;
+        }
+        let done = l.gate.progress_admit(Some(k), now, wake) == Some(slot);
+        if let Some(next) = l.gate.class_head(k) {
+            wake(next);
+        }
+        done
+    });
+    if admitted {
+        // The admission is recorded: the loop's next pass takes it, and a
+        // cancel served by this log call leaves it to the transaction's end.
+        let since = if sampled_at_us == 0 {
+            "has not sampled since the server started".to_string()
+        } else {
+            format!("has not sampled for {} ms", (now - sampled_at_us).max(0) / 1000)
+        };
+        pgrx::log!(
+            "pg_gatekeeper: admitted process {} over the limit: the worker {since} and its class's queue stood still meanwhile (is the worker running? max_worker_processes)",
+            // SAFETY: MyProcPid is set at process start.
+            unsafe { pg_sys::MyProcPid }
+        );
     }
 }
 

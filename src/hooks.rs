@@ -57,6 +57,10 @@ fn needs_admission() -> bool {
         return false;
     }
     if !gucs::enabled() {
+        // Still applies a reload: with the worker away, the sessions that
+        // pass are the only ones left to apply the runbook's limit, which
+        // lets the parked sessions in.
+        session::apply_reloaded_limit();
         session::pass_this_transaction();
         return false;
     }

@@ -519,6 +519,18 @@ fn ten_sessions_never_run_more_than_two_sleeps_at_once() {
 
 #[test]
 fn the_runbook_makes_the_gate_step_aside_at_once() {
+    runbook(true);
+}
+
+/// Without the worker, the reload reaches the gate through the DBA's own
+/// session (exempt, and the only one left that runs): its check that
+/// nobody is queued applies the runbook's limit.
+#[test]
+fn the_runbook_makes_the_gate_step_aside_without_the_worker() {
+    runbook(false);
+}
+
+fn runbook(worker: bool) {
     // Two places: one held in class default, one in a class capped at one.
     let c = Cluster::start(&[
         ("pg_gatekeeper.max_active", "2"),
@@ -527,7 +539,13 @@ fn the_runbook_makes_the_gate_step_aside_at_once() {
         // The holders idle: the progress guarantee must not let the
         // parked sessions in before the runbook does.
         ("pg_gatekeeper.progress_timeout", "1h"),
+        ("max_worker_processes", if worker { "8" } else { "0" }),
     ]);
+    if worker {
+        wait_until("the worker runs", Duration::from_secs(5), || c.worker_count() == 1);
+    } else {
+        assert_eq!(c.worker_count(), 0, "a worker runs");
+    }
     let mut h = holder(&c);
     c.admin_exec("CREATE ROLE rep LOGIN; ALTER ROLE rep SET pg_gatekeeper.class = 'reporting'");
     let reporting = |name: &str| c.session_as("rep", name);
@@ -547,6 +565,8 @@ fn the_runbook_makes_the_gate_step_aside_at_once() {
     ] {
         c.admin_exec(sql);
     }
+    // The runbook's check.
+    wait_until("nobody is queued", PROMPT, || c.status().queued() == 0);
     for p in parked {
         p.join_ok(PROMPT);
     }

@@ -97,6 +97,44 @@ fn two_connections_of_one_client_at_the_defaults_with_many_lock_waiters() {
     });
 }
 
+/// Without the worker (no background worker slot for it) the guarantee is
+/// the parked sessions' own: the head of a queue that stood still admits
+/// itself once the worker has not sampled for 10 s (or `progress_timeout`,
+/// if longer), one session per 10 s and class. The client's cycle: A holds
+/// the only place, idle in its transaction, while its client waits for C.
+#[test]
+fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
+    let c = Cluster::start(&[
+        ("max_worker_processes", "0"),
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+    ]);
+    assert_eq!(c.worker_count(), 0, "a worker runs");
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("SELECT 1");
+    let t0 = Instant::now();
+    let first = c.app("C").spawn("SELECT 1");
+    let second = c.app("D").spawn("SELECT 2");
+    c.wait_queued("C");
+    c.wait_queued("D");
+    // Not before the bound: until then C and D are parked behind A.
+    common::assert_stays_queued(&c, &first, Duration::from_secs(5));
+    first.join_ok(Duration::from_secs(20));
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_secs(9), "C was admitted after {took:?}, before the bound");
+    wait_until("the admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit: the worker has not sampled since the server started")
+    });
+    // D is next, a bound after C (its watch starts when C goes in).
+    assert_eq!(c.status().queued(), 1, "D went in with C");
+    second.join_ok(Duration::from_secs(20));
+    assert!(t0.elapsed() >= took + Duration::from_secs(9), "D was admitted {:?} after C", t0.elapsed() - took);
+    assert_eq!(c.status().int("overflow_total"), 2);
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
 /// A dblink call into the same server from a class capped at 1: the
 /// caller holds the class's only place while the session it opened waits
 /// for that place. On PostgreSQL 15 and 16 the caller shows no wait event

@@ -892,6 +892,12 @@ impl<'a> Gate<'a> {
         self.class_queue(self.slots[i].class as usize).position(|k| k == i).map(|p| p as u32 + 1)
     }
 
+    /// The head of class `c`'s queue, if any.
+    pub fn class_head(&self, c: usize) -> Option<usize> {
+        let head = self.h.classes.get(c)?.head;
+        (head != NIL).then_some(head as usize)
+    }
+
     /// How long the longest-waiting session of class `c` has waited.
     pub fn class_oldest_wait_us(&self, c: usize, now_us: i64) -> Option<u64> {
         let head = self.h.classes[c].head;

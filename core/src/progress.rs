@@ -161,6 +161,64 @@ pub fn probe_works_now(state: char) -> Option<bool> {
     (state == 'D').then_some(true)
 }
 
+/// How long the worker must have been away, and a queue still, before its
+/// head admits itself ([`HeadWatch`]); `progress_timeout` when longer.
+pub const WORKERLESS_AFTER_US: i64 = 10_000_000;
+
+/// What a parked session at the head of its class's queue does next, by
+/// [`HeadWatch::look`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// Admit itself over the limit: the worker is away and the queue stood
+    /// still for the bound.
+    Admit,
+    /// Look again at this time (microseconds) at the latest.
+    Again { at_us: i64 },
+}
+
+/// The progress guarantee while the worker is away (docs/DESIGN.md §13,
+/// "Without the worker"). The guarantee and the deadlock breaker run in the
+/// worker; without it (not started because `max_worker_processes` was
+/// full, ended and not yet back, or wedged) a cycle through a client would
+/// hold the queue forever. So each parked session watches its class's
+/// admissions: once the worker has not sampled for the bound
+/// (`progress_timeout`, at least [`WORKERLESS_AFTER_US`]) and its class
+/// admitted nobody for as long, the queue's head admits itself over the
+/// limit. Without the worker's view of the holders it cannot tell a queue
+/// held by waiting holders from one held by working ones, so it takes one
+/// session per bound and class, never a batch: a slow drip that ends every
+/// wait, not a way around the limit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeadWatch {
+    /// The class's admissions at the last look that changed them.
+    seen: Option<u64>,
+    /// Since when they have not changed.
+    since_us: i64,
+}
+
+impl HeadWatch {
+    /// One look at `now`: `admitted`, the session's class's admissions so
+    /// far; `sampled_at_us`, when the worker last sampled (0: never);
+    /// `head`, whether the session is its class's queue's head.
+    pub fn look(&mut self, now: i64, admitted: u64, sampled_at_us: i64, head: bool, progress_timeout_us: i64) -> Look {
+        let bound = progress_timeout_us.max(WORKERLESS_AFTER_US);
+        // A clock stepped back restarts the watch rather than stretch it.
+        if self.seen != Some(admitted) || now < self.since_us {
+            self.seen = Some(admitted);
+            self.since_us = now;
+        }
+        // A sample "later" than now: the clock stepped back, the worker is there.
+        let away = now >= sampled_at_us && now - sampled_at_us >= bound;
+        let still = now - self.since_us >= bound;
+        if head && away && still {
+            self.since_us = now;
+            return Look::Admit;
+        }
+        let sampled_at_us = if now < sampled_at_us { now } else { sampled_at_us };
+        Look::Again { at_us: (self.since_us + bound).max(sampled_at_us + bound) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +366,64 @@ mod tests {
         assert_eq!(probe_works_now('D'), Some(true));
         assert_eq!(probe_works_now('R'), None);
         assert_eq!(probe_works_now('S'), None);
+    }
+
+    // -- HeadWatch: the guarantee without the worker ------------------------
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn a_head_admits_itself_once_the_worker_is_away_and_its_queue_still_for_the_bound() {
+        let mut w = HeadWatch::default();
+        // The worker never sampled (0); the queue starts still at 5 s.
+        assert_eq!(w.look(5 * S, 7, 0, true, S), Look::Again { at_us: 15 * S });
+        assert_eq!(w.look(14 * S, 7, 0, true, S), Look::Again { at_us: 15 * S });
+        assert_eq!(w.look(15 * S, 7, 0, true, S), Look::Admit);
+        // Its own admission moves the count: the next head waits a bound again.
+        assert_eq!(w.look(15 * S, 8, 0, true, S), Look::Again { at_us: 25 * S });
+    }
+
+    #[test]
+    fn nobody_admits_itself_while_the_worker_samples() {
+        let mut w = HeadWatch::default();
+        for t in 0..100 {
+            // The worker sampled a moment ago at every look.
+            assert!(matches!(w.look(t * S, 7, t * S - 100_000, true, S), Look::Again { .. }));
+        }
+        // It stops: a bound after its last sample, and not before.
+        assert_eq!(w.look(105 * S, 7, 99 * S, true, S), Look::Again { at_us: 109 * S });
+        assert_eq!(w.look(109 * S, 7, 99 * S, true, S), Look::Admit);
+    }
+
+    #[test]
+    fn a_queue_that_moves_or_a_session_behind_the_head_admits_nobody() {
+        let mut w = HeadWatch::default();
+        for t in 0..100 {
+            assert!(matches!(w.look(t * S, t as u64, 0, true, S), Look::Again { .. }), "moving at {t}");
+        }
+        let mut behind = HeadWatch::default();
+        for t in 0..100 {
+            assert!(matches!(behind.look(t * S, 7, 0, false, S), Look::Again { .. }), "behind at {t}");
+        }
+        // Once it is the head, after the bound it has watched already.
+        assert_eq!(behind.look(100 * S, 7, 0, true, S), Look::Admit);
+    }
+
+    #[test]
+    fn the_bound_is_progress_timeout_when_that_is_longer() {
+        let mut w = HeadWatch::default();
+        assert_eq!(w.look(0, 7, 0, true, 60 * S), Look::Again { at_us: 60 * S });
+        assert!(matches!(w.look(59 * S, 7, 0, true, 60 * S), Look::Again { .. }));
+        assert_eq!(w.look(60 * S, 7, 0, true, 60 * S), Look::Admit);
+    }
+
+    #[test]
+    fn a_clock_stepped_back_admits_nobody_early() {
+        let mut w = HeadWatch::default();
+        assert!(matches!(w.look(100 * S, 7, 0, true, S), Look::Again { .. }));
+        // Back 50 s: the watch starts again from the new now.
+        assert_eq!(w.look(50 * S, 7, 0, true, S), Look::Again { at_us: 60 * S });
+        // A worker's sample now seems to lie ahead: the worker is there.
+        assert!(matches!(w.look(60 * S, 7, 80 * S, true, S), Look::Again { .. }));
     }
 }
