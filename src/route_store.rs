@@ -25,6 +25,18 @@ use crate::shmem;
 /// Relative to the data directory, every server process's working directory.
 const FILE: &str = "pg_gatekeeper_routes";
 const TEMP: &str = "pg_gatekeeper_routes.tmp";
+/// A copy of a file whose routes were not all restored: the next write
+/// replaces the file with the routes in force, and what was skipped would
+/// be lost without a trace.
+const KEPT: &str = "pg_gatekeeper_routes.skipped";
+
+/// Keep a copy of the file as [`KEPT`]; what to add to the log line.
+fn keep_copy() -> String {
+    match fs::copy(FILE, KEPT) {
+        Ok(_) => format!("; the file is kept as \"{KEPT}\""),
+        Err(e) => format!("; it could not be kept as \"{KEPT}\": {e}"),
+    }
+}
 
 /// Write `routes` to the file: what failed, and why, on an error. Called
 /// under the writers' lock; a temporary file left by a failure is removed
@@ -75,7 +87,8 @@ pub fn restore() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
             pgrx::log!(
-                "pg_gatekeeper: could not read the query routes from file \"{FILE}\": {e}; starting without them"
+                "pg_gatekeeper: could not read the query routes from file \"{FILE}\": {e}; starting without them{}",
+                keep_copy()
             );
             return;
         }
@@ -84,17 +97,23 @@ pub fn restore() {
     let decoded = match route_file::decode(&text, now) {
         Ok(d) => d,
         Err(why) => {
-            pgrx::log!("pg_gatekeeper: ignoring file \"{FILE}\": {why}");
+            pgrx::log!("pg_gatekeeper: ignoring file \"{FILE}\": {why}{}", keep_copy());
             return;
         }
     };
+    // A query's later line replaces its earlier one: each counts once.
     let (restored, no_room) = shmem::with_gate(|mut l| {
-        let ok = decoded
-            .routes
-            .iter()
-            .filter(|r| l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok())
-            .count();
-        (ok, decoded.routes.len() - ok)
+        let mut ok = std::collections::HashSet::new();
+        let mut no_room = 0;
+        for r in &decoded.routes {
+            match l.shapes.route(r.db, r.query_id, r.class, r.until_us, now) {
+                Ok(_) => {
+                    ok.insert((r.db, r.query_id));
+                }
+                Err(_) => no_room += 1,
+            }
+        }
+        (ok.len(), no_room)
     });
     let mut skipped = Vec::new();
     for (n, what) in [
@@ -106,6 +125,8 @@ pub fn restore() {
             skipped.push(format!("{n} {what}"));
         }
     }
+    let lost = no_room > 0 || decoded.bad_lines > 0;
     let skipped = if skipped.is_empty() { String::new() } else { format!("; skipped: {}", skipped.join(", ")) };
+    let skipped = if lost { skipped + &keep_copy() } else { skipped };
     pgrx::log!("pg_gatekeeper: restored {restored} query routes from file \"{FILE}\"{skipped}");
 }

@@ -488,10 +488,34 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     assert!(c.log_text().contains("WARNING:  pg_gatekeeper: could not save the query routes to file"));
     assert_eq!(routes().len(), 3);
 
-    // Not a routes file: ignored, and the server starts without routes.
-    std::fs::write(c.data_dir().join("pg_gatekeeper_routes"), "something else\n").unwrap();
+    // Fewer entries than routes: those that find no room are skipped, and
+    // the file is kept aside, since the next write replaces it with the
+    // routes in force; the start itself does not rewrite it.
+    let file = c.data_dir().join("pg_gatekeeper_routes");
+    let kept = c.data_dir().join("pg_gatekeeper_routes.skipped");
+    c.admin_exec("SELECT gatekeeper.route_shape(80, 'long')"); // written this time
+    let three = std::fs::read_to_string(&file).unwrap();
+    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_shapes = 2");
+    restart();
+    assert!(
+        c.log_text().contains(
+            "found no room under pg_gatekeeper.max_shapes; the file is kept as \"pg_gatekeeper_routes.skipped\""
+        ),
+        "{}",
+        c.log_tail(5)
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), three);
+    assert!(routes().len() < 3, "{:?}", routes());
+    c.admin_exec("ALTER SYSTEM RESET pg_gatekeeper.max_shapes");
+    restart();
+    assert_eq!(routes().len(), 3, "the routes that found no room are gone from the file");
+
+    // Not a routes file: ignored (and kept aside), and the server starts
+    // without routes.
+    std::fs::write(&file, "something else\n").unwrap();
     restart();
     assert!(c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\""));
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "something else\n");
     assert_eq!(routes(), vec![]);
     c.assert_quiet();
 }
