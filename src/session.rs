@@ -10,6 +10,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
 use gatekeeper_core::cpu_clock::{self, CpuClock};
+use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -312,7 +313,24 @@ pub fn ensure_attached() -> usize {
     let i = crate::procs::my_number();
     // SAFETY: MyProcPid is set at process start.
     let pid = unsafe { pg_sys::MyProcPid };
-    shmem::with_gate(|mut l| l.gate.attach(i, pid, false));
+    // A slot left queued or admitted by its previous process (whose exit
+    // callback never ran to its end) would keep a place or a queue entry
+    // for ever: release it first, and say so.
+    let now = crate::now_us();
+    let left_by = shmem::with_gate_waking(|mut l, wake| {
+        let s = l.gate.slot(i);
+        let left_by = matches!(s.state, SlotState::Queued | SlotState::Admitted).then_some(s.pid);
+        if left_by.is_some() {
+            l.gate.detach(i, now, wake);
+        }
+        l.gate.attach(i, pid, false);
+        left_by
+    });
+    if let Some(old) = left_by {
+        pgrx::log!(
+            "pg_gatekeeper: process {old} left its queue entry or admission behind at exit; released when process {pid} took its slot"
+        );
+    }
     let activity = shmem::activity(i);
     activity.reads_client.store(false, Ordering::Relaxed);
     // SAFETY: MyBEEntry is this backend's entry in PostgreSQL's shared
