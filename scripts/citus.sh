@@ -106,6 +106,17 @@ if ((port_base + 2 >= eph_lo && port_base <= eph_hi)); then
 fi
 declare -A port=([coord]=$port_base [w1]=$((port_base + 1)) [w2]=$((port_base + 2)))
 declare -A small_limit=([coord]=4 [w1]=2 [w2]=2)
+# Nodes that a run killed on its way left running (its script gone, so no
+# trap stopped them) would hold the ports: stop them, not another run's.
+for d in /tmp/citus-*/; do
+  [ -f "$d/owner" ] || continue
+  kill -0 "$(cat "$d/owner")" 2>/dev/null && continue
+  for pid_file in "$d"*/postmaster.pid; do
+    [ -f "$pid_file" ] || continue
+    log "stopping a node left by an ended run: $(dirname "$pid_file")"
+    runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$(dirname "$pid_file")" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+  done
+done
 for n in "${nodes[@]}"; do
   if (echo >/dev/tcp/127.0.0.1/"${port[$n]}") 2>/dev/null; then
     echo "port ${port[$n]} is in use (--port-base)" >&2; exit 1
@@ -113,6 +124,7 @@ for n in "${nodes[@]}"; do
 done
 
 root=$(mktemp -d /tmp/citus-XXXXXX)
+echo $$ >"$root/owner"
 repo=$(pwd)
 chmod 755 "$root"
 chown postgres: "$root"
