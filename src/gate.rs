@@ -68,16 +68,15 @@ pub fn passes_anyway() -> bool {
 
 fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
     let slot = session::ensure_attached();
-    // Before anything else: a reload applied by any session that reads
-    // it, exempt ones too (the worker may be away, every gated session
-    // parked, and a DBA's superuser session the only one to run).
-    session::apply_reloaded_limit();
     if passes_anyway() || crate::citus::rides() {
         // Decided once per transaction: a reload that ends the exemption
         // takes effect at the next transaction, never mid-way.
         session::pass_this_transaction();
         return;
     }
+    // (needs_admission applied a reload already; this is for callers
+    // that come another way.)
+    session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
     // SAFETY: MyDatabaseId is set once the backend connected; GetUserId
@@ -267,9 +266,18 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
             return; // admitted at the last moment
         }
         let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
-        match head_watch.look(now, class_admitted, sampled_at_us, head, gucs::progress_timeout_us()) {
+        let bound = progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us());
+        match head_watch.look(now, class_admitted, sampled_at_us, head, bound) {
             progress::Look::Admit => {
-                admit_without_worker(slot, now, sampled_at_us);
+                if admit_without_worker(slot, now, sampled_at_us, class_admitted) {
+                    // Recorded as this session's before the log line, which
+                    // serves interrupts: a cancel there unwinds no Rust
+                    // frame, and the transaction's end must release it.
+                    guard.armed = false;
+                    session::set_admitted(true);
+                    log_admitted_without_worker(now, sampled_at_us);
+                    return;
+                }
                 continue;
             }
             progress::Look::Again { at_us } if head => sleep_ms = sleep_ms.min((at_us - now) / 1000 + 1),
@@ -286,14 +294,16 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
 }
 
 /// The head of a class's queue admits itself over the limit: the worker has
-/// not sampled since `sampled_at_us` and the queue stood still
-/// (`progress::HeadWatch`). Checked again under the lock: a worker that
-/// sampled meanwhile, or a session that went ahead, makes it wait on. The
-/// next head is woken, so that its own watch starts now.
-fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64) {
-    let admitted = shmem::with_gate_waking(|mut l, wake| {
+/// not sampled since `sampled_at_us` and the class admitted nobody since
+/// its count was `class_admitted` (`progress::HeadWatch`). Checked again
+/// under the lock: a sample taken meanwhile, an admission in the class, or
+/// a session gone ahead makes it wait on. The next head is woken, so that
+/// its own watch starts now. Returns whether it was admitted.
+fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64, class_admitted: u64) -> bool {
+    shmem::with_gate_waking(|mut l, wake| {
         let k = l.gate.slot(slot).class as usize;
-        if l.status.sampled_at_us != sampled_at_us || l.gate.class_head(k) != Some(slot) {
+        let unchanged = l.gate.header().classes.get(k).is_some_and(|c| c.counters.admitted == class_admitted);
+        if l.status.sampled_at_us != sampled_at_us || !unchanged || l.gate.class_head(k) != Some(slot) {
             return false;
         }
         let done = l.gate.progress_admit(Some(k), now, wake) == Some(slot);
@@ -301,21 +311,20 @@ fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64) {
             wake(next);
         }
         done
-    });
-    if admitted {
-        // The admission is recorded: the loop's next pass takes it, and a
-        // cancel served by this log call leaves it to the transaction's end.
-        let since = if sampled_at_us == 0 {
-            "has not sampled since the server started".to_string()
-        } else {
-            format!("has not sampled for {} ms", (now - sampled_at_us).max(0) / 1000)
-        };
-        pgrx::log!(
-            "pg_gatekeeper: admitted process {} over the limit: the worker {since} and its class's queue stood still meanwhile (is the worker running? max_worker_processes)",
-            // SAFETY: MyProcPid is set at process start.
-            unsafe { pg_sys::MyProcPid }
-        );
-    }
+    })
+}
+
+fn log_admitted_without_worker(now: i64, sampled_at_us: i64) {
+    let since = if sampled_at_us == 0 {
+        "has not sampled since the server started".to_string()
+    } else {
+        format!("has not sampled for {} ms", (now - sampled_at_us).max(0) / 1000)
+    };
+    pgrx::log!(
+        "pg_gatekeeper: admitted process {} over the limit: the worker {since} and its class's queue stood still meanwhile (is the worker running? max_worker_processes)",
+        // SAFETY: MyProcPid is set at process start.
+        unsafe { pg_sys::MyProcPid }
+    );
 }
 
 /// The client hung up while we were parked: leave the queue and end the

@@ -56,11 +56,12 @@ fn needs_admission() -> bool {
     if session::settled() || !session::is_client_backend() {
         return false;
     }
+    // A reload this backend read is applied by any transaction it runs that
+    // reaches here: gated, exempt, with the gate off, or reading the gate's
+    // views. With the worker away and every gated session parked, the DBA's
+    // own session (the runbook's check) may be the only one that runs.
+    session::apply_reloaded_limit();
     if !gucs::enabled() {
-        // Still applies a reload: with the worker away, the sessions that
-        // pass are the only ones left to apply the runbook's limit, which
-        // lets the parked sessions in.
-        session::apply_reloaded_limit();
         session::pass_this_transaction();
         return false;
     }

@@ -103,17 +103,17 @@ pub fn restore() {
     };
     // A query's later line replaces its earlier one: each counts once.
     let (restored, no_room) = shmem::with_gate(|mut l| {
-        let mut ok = std::collections::HashSet::new();
-        let mut no_room = 0;
+        let (mut ok, mut no_room) = (std::collections::HashSet::new(), std::collections::HashSet::new());
         for r in &decoded.routes {
-            match l.shapes.route(r.db, r.query_id, r.class, r.until_us, now) {
-                Ok(_) => {
-                    ok.insert((r.db, r.query_id));
-                }
-                Err(_) => no_room += 1,
+            let key = (r.db, r.query_id);
+            if l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok() {
+                no_room.remove(&key);
+                ok.insert(key);
+            } else if !ok.contains(&key) {
+                no_room.insert(key);
             }
         }
-        (ok.len(), no_room)
+        (ok.len(), no_room.len())
     });
     let mut skipped = Vec::new();
     for (n, what) in [

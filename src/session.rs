@@ -326,11 +326,6 @@ pub fn ensure_attached() -> usize {
         l.gate.attach(i, pid, false);
         left_by
     });
-    if let Some(old) = left_by {
-        pgrx::log!(
-            "pg_gatekeeper: process {old} left its queue entry or admission behind at exit; released when process {pid} took its slot"
-        );
-    }
     let activity = shmem::activity(i);
     activity.reads_client.store(false, Ordering::Relaxed);
     // SAFETY: MyBEEntry is this backend's entry in PostgreSQL's shared
@@ -343,6 +338,13 @@ pub fn ensure_attached() -> usize {
     // SAFETY: registering a plain extern "C" callback; it runs at backend exit
     // before shared memory is detached, on FATAL and normal exits alike.
     unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(0)) };
+    // Logged once attached and the exit callback registered: a log call
+    // serves interrupts, and a terminate there must find the slot ours.
+    if let Some(old) = left_by {
+        pgrx::log!(
+            "pg_gatekeeper: process {old} left its queue entry or admission behind at exit; released when process {pid} took its slot"
+        );
+    }
     i
 }
 

@@ -790,7 +790,8 @@ fn a_reload_applies_while_the_worker_is_away() {
     let pid = c.worker_pid().expect("the worker runs");
     Cluster::kill(pid, "STOP");
     c.admin_exec("SELECT pg_reload_conf()");
-    // A gated backend that reloaded applies the new limit at its next admission.
+    // A backend that reloaded applies the new limit at its next transaction
+    // (the gated one's, or the observer's own reading of the status).
     let mut s = c.app("probe");
     wait_until("a backend applies max_active = 5", Duration::from_secs(5), || {
         s.ok("SELECT 1");

@@ -162,8 +162,15 @@ pub fn probe_works_now(state: char) -> Option<bool> {
 }
 
 /// How long the worker must have been away, and a queue still, before its
-/// head admits itself ([`HeadWatch`]); `progress_timeout` when longer.
+/// head admits itself ([`HeadWatch`]), at least; see [`workerless_bound`].
 pub const WORKERLESS_AFTER_US: i64 = 10_000_000;
+
+/// The bound of [`HeadWatch`]: 10 s, or `progress_timeout` if longer, or
+/// three of the worker's sample intervals if longer still (a worker that
+/// samples every 10 s is not away after 10 s).
+pub fn workerless_bound(progress_timeout_us: i64, sample_interval_us: i64) -> i64 {
+    WORKERLESS_AFTER_US.max(progress_timeout_us).max(sample_interval_us.saturating_mul(3))
+}
 
 /// What a parked session at the head of its class's queue does next, by
 /// [`HeadWatch::look`].
@@ -182,7 +189,7 @@ pub enum Look {
 /// full, ended and not yet back, or wedged) a cycle through a client would
 /// hold the queue forever. So each parked session watches its class's
 /// admissions: once the worker has not sampled for the bound
-/// (`progress_timeout`, at least [`WORKERLESS_AFTER_US`]) and its class
+/// ([`workerless_bound`]) and its class
 /// admitted nobody for as long, the queue's head admits itself over the
 /// limit. Without the worker's view of the holders it cannot tell a queue
 /// held by waiting holders from one held by working ones, so it takes one
@@ -200,8 +207,8 @@ impl HeadWatch {
     /// One look at `now`: `admitted`, the session's class's admissions so
     /// far; `sampled_at_us`, when the worker last sampled (0: never);
     /// `head`, whether the session is its class's queue's head.
-    pub fn look(&mut self, now: i64, admitted: u64, sampled_at_us: i64, head: bool, progress_timeout_us: i64) -> Look {
-        let bound = progress_timeout_us.max(WORKERLESS_AFTER_US);
+    /// `bound`: [`workerless_bound`].
+    pub fn look(&mut self, now: i64, admitted: u64, sampled_at_us: i64, head: bool, bound: i64) -> Look {
         // A clock stepped back restarts the watch rather than stretch it.
         if self.seen != Some(admitted) || now < self.since_us {
             self.seen = Some(admitted);
@@ -371,16 +378,18 @@ mod tests {
     // -- HeadWatch: the guarantee without the worker ------------------------
 
     const S: i64 = 1_000_000;
+    /// The bound at the defaults (progress_timeout 1 s, samples every 5 ms).
+    const B: i64 = 10 * S;
 
     #[test]
     fn a_head_admits_itself_once_the_worker_is_away_and_its_queue_still_for_the_bound() {
         let mut w = HeadWatch::default();
         // The worker never sampled (0); the queue starts still at 5 s.
-        assert_eq!(w.look(5 * S, 7, 0, true, S), Look::Again { at_us: 15 * S });
-        assert_eq!(w.look(14 * S, 7, 0, true, S), Look::Again { at_us: 15 * S });
-        assert_eq!(w.look(15 * S, 7, 0, true, S), Look::Admit);
+        assert_eq!(w.look(5 * S, 7, 0, true, B), Look::Again { at_us: 15 * S });
+        assert_eq!(w.look(14 * S, 7, 0, true, B), Look::Again { at_us: 15 * S });
+        assert_eq!(w.look(15 * S, 7, 0, true, B), Look::Admit);
         // Its own admission moves the count: the next head waits a bound again.
-        assert_eq!(w.look(15 * S, 8, 0, true, S), Look::Again { at_us: 25 * S });
+        assert_eq!(w.look(15 * S, 8, 0, true, B), Look::Again { at_us: 25 * S });
     }
 
     #[test]
@@ -388,42 +397,46 @@ mod tests {
         let mut w = HeadWatch::default();
         for t in 0..100 {
             // The worker sampled a moment ago at every look.
-            assert!(matches!(w.look(t * S, 7, t * S - 100_000, true, S), Look::Again { .. }));
+            assert!(matches!(w.look(t * S, 7, t * S - 100_000, true, B), Look::Again { .. }));
         }
         // It stops: a bound after its last sample, and not before.
-        assert_eq!(w.look(105 * S, 7, 99 * S, true, S), Look::Again { at_us: 109 * S });
-        assert_eq!(w.look(109 * S, 7, 99 * S, true, S), Look::Admit);
+        assert_eq!(w.look(105 * S, 7, 99 * S, true, B), Look::Again { at_us: 109 * S });
+        assert_eq!(w.look(109 * S, 7, 99 * S, true, B), Look::Admit);
     }
 
     #[test]
     fn a_queue_that_moves_or_a_session_behind_the_head_admits_nobody() {
         let mut w = HeadWatch::default();
         for t in 0..100 {
-            assert!(matches!(w.look(t * S, t as u64, 0, true, S), Look::Again { .. }), "moving at {t}");
+            assert!(matches!(w.look(t * S, t as u64, 0, true, B), Look::Again { .. }), "moving at {t}");
         }
         let mut behind = HeadWatch::default();
         for t in 0..100 {
-            assert!(matches!(behind.look(t * S, 7, 0, false, S), Look::Again { .. }), "behind at {t}");
+            assert!(matches!(behind.look(t * S, 7, 0, false, B), Look::Again { .. }), "behind at {t}");
         }
         // Once it is the head, after the bound it has watched already.
-        assert_eq!(behind.look(100 * S, 7, 0, true, S), Look::Admit);
+        assert_eq!(behind.look(100 * S, 7, 0, true, B), Look::Admit);
     }
 
     #[test]
-    fn the_bound_is_progress_timeout_when_that_is_longer() {
+    fn the_bound_is_10_s_or_progress_timeout_or_three_samples() {
+        assert_eq!(workerless_bound(S, 5_000), 10 * S);
+        assert_eq!(workerless_bound(60 * S, 5_000), 60 * S);
+        assert_eq!(workerless_bound(S, 10 * S), 30 * S);
         let mut w = HeadWatch::default();
-        assert_eq!(w.look(0, 7, 0, true, 60 * S), Look::Again { at_us: 60 * S });
-        assert!(matches!(w.look(59 * S, 7, 0, true, 60 * S), Look::Again { .. }));
-        assert_eq!(w.look(60 * S, 7, 0, true, 60 * S), Look::Admit);
+        let b = workerless_bound(60 * S, 5_000);
+        assert_eq!(w.look(0, 7, 0, true, b), Look::Again { at_us: 60 * S });
+        assert!(matches!(w.look(59 * S, 7, 0, true, b), Look::Again { .. }));
+        assert_eq!(w.look(60 * S, 7, 0, true, b), Look::Admit);
     }
 
     #[test]
     fn a_clock_stepped_back_admits_nobody_early() {
         let mut w = HeadWatch::default();
-        assert!(matches!(w.look(100 * S, 7, 0, true, S), Look::Again { .. }));
+        assert!(matches!(w.look(100 * S, 7, 0, true, B), Look::Again { .. }));
         // Back 50 s: the watch starts again from the new now.
-        assert_eq!(w.look(50 * S, 7, 0, true, S), Look::Again { at_us: 60 * S });
+        assert_eq!(w.look(50 * S, 7, 0, true, B), Look::Again { at_us: 60 * S });
         // A worker's sample now seems to lie ahead: the worker is there.
-        assert!(matches!(w.look(60 * S, 7, 80 * S, true, S), Look::Again { .. }));
+        assert!(matches!(w.look(60 * S, 7, 80 * S, true, B), Look::Again { .. }));
     }
 }
