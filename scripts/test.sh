@@ -127,8 +127,9 @@ for m in "${majors[@]}"; do
         --test exporter --test standby --test citus_names --test first_statement --test lane
     step "PostgreSQL $m: chaos and restart tests" 900 bash -c 'itest "$@"' itest --test chaos
     # Last for this version: it sets the development install aside and puts
-    # it back when done.
-    step "PostgreSQL $m: package (install, use, update, remove)" 900 bash scripts/package_test.sh --pg "$m"
+    # it back when done. The release build, as the packages users install
+    # are (about 2 minutes to build on 2 CPUs).
+    step "PostgreSQL $m: release package (install, use, update, remove)" 1200 bash scripts/package_test.sh --pg "$m" --release
   fi
 done
 
