@@ -236,13 +236,23 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         // check does, expecting interrupts to be served next: a cancel that
         // set it must not wait for the next wake-up.
         pg_sys::check_for_interrupts!();
-        let (admitted, limit, queued, class_admitted, head, sampled_at_us) = shmem::with_gate_shared(|l| {
-            let h = l.gate.header();
-            let k = l.gate.slot(slot).class as usize;
-            let class_admitted = h.classes.get(k).map_or(0, |c| c.counters.admitted);
-            let head = l.gate.class_head(k) == Some(slot);
-            (l.gate.is_admitted(slot), h.limit, h.queued, class_admitted, head, l.status.sampled_at_us)
-        });
+        let (admitted, limit, queued, class_admitted, head, sampled_at_us, worker_bound) =
+            shmem::with_gate_shared(|l| {
+                let h = l.gate.header();
+                let k = l.gate.slot(slot).class as usize;
+                let class_admitted = h.classes.get(k).map_or(0, |c| c.counters.admitted);
+                let head = l.gate.class_head(k) == Some(slot);
+                let st = &l.status;
+                (
+                    l.gate.is_admitted(slot),
+                    h.limit,
+                    h.queued,
+                    class_admitted,
+                    head,
+                    st.sampled_at_us,
+                    st.workerless_bound_us,
+                )
+            });
         if admitted {
             guard.armed = false;
             session::set_admitted(true);
@@ -266,7 +276,10 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
             return; // admitted at the last moment
         }
         let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
-        let bound = progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us());
+        // This session's settings, or the worker's if longer: a session
+        // parked before a reload that raised them has the old ones.
+        let bound =
+            progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us()).max(worker_bound);
         match head_watch.look(now, class_admitted, sampled_at_us, head, bound) {
             progress::Look::Admit => {
                 if admit_without_worker(slot, now, sampled_at_us, class_admitted) {

@@ -84,6 +84,11 @@ pub struct LimitStatus {
     pub running_avg: f64,
     /// When the worker last sampled, microseconds (0 = never).
     pub sampled_at_us: i64,
+    /// The bound after which a parked head takes the worker for away
+    /// (`progress::workerless_bound`) by the worker's settings, set at each
+    /// sample: a session parked before a reload still has the old ones.
+    /// 0 before the first sample.
+    pub workerless_bound_us: i64,
     /// The CPUs' idle fraction the worker last measured.
     pub cpu_idle: f64,
     /// The automatic limit's range (both the limit when it does not adapt).

@@ -394,6 +394,8 @@ fn sample_and_steer(
         let running = busy.min(h.holders).saturating_sub(h.relieved());
         l.status.running = running;
         l.status.sampled_at_us = now;
+        l.status.workerless_bound_us =
+            gatekeeper_core::progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us());
         l.status.cpu_idle = cpu_shown;
         let (avg, working_avg) = if h.queued == 0 {
             (f64::NAN, f64::NAN)
