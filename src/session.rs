@@ -10,7 +10,6 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
 use gatekeeper_core::cpu_clock::{self, CpuClock};
-use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -317,15 +316,7 @@ pub fn ensure_attached() -> usize {
     // callback never ran to its end) would keep a place or a queue entry
     // for ever: release it first, and say so.
     let now = crate::now_us();
-    let left_by = shmem::with_gate_waking(|mut l, wake| {
-        let s = l.gate.slot(i);
-        let left_by = matches!(s.state, SlotState::Queued | SlotState::Admitted).then_some(s.pid);
-        if left_by.is_some() {
-            l.gate.detach(i, now, wake);
-        }
-        l.gate.attach(i, pid, false);
-        left_by
-    });
+    let left_by = shmem::with_gate_waking(|mut l, wake| l.gate.take_over(i, pid, false, now, wake));
     let activity = shmem::activity(i);
     activity.reads_client.store(false, Ordering::Relaxed);
     // SAFETY: MyBEEntry is this backend's entry in PostgreSQL's shared

@@ -406,8 +406,29 @@ impl<'a> Gate<'a> {
         self.slots
     }
 
+    /// Give slot `i` to a new backend, first releasing whatever a previous
+    /// owner left queued or admitted there (its exit callback never ran to
+    /// its end: no path is known to do that, so this is defence only).
+    /// Returns that owner's pid, if it left anything.
+    pub fn take_over(
+        &mut self,
+        i: usize,
+        pid: i32,
+        exempt: bool,
+        now_us: i64,
+        wake: &mut dyn FnMut(usize),
+    ) -> Option<i32> {
+        let s = &self.slots[i];
+        let left_by = matches!(s.state, SlotState::Queued | SlotState::Admitted).then_some(s.pid);
+        if left_by.is_some() {
+            self.detach(i, now_us, wake);
+        }
+        self.attach(i, pid, exempt);
+        left_by
+    }
+
     /// Give slot `i` to a new backend. Whatever a previous owner left there
-    /// must already have been detached.
+    /// must already have been detached ([`Gate::take_over`] does both).
     pub fn attach(&mut self, i: usize, pid: i32, exempt: bool) {
         debug_assert!(!matches!(self.slots[i].state, SlotState::Queued | SlotState::Admitted));
         if self.slots[i].state.is_gated() {
@@ -1532,6 +1553,29 @@ mod tests {
         g.detach(2, 7, &mut |_| {});
         let h = g.header();
         assert_eq!((h.holders, h.queued), (0, 0));
+    }
+
+    #[test]
+    fn a_new_backend_takes_over_a_slot_left_queued_or_admitted() {
+        let mut f = Fixture::new(3, 1);
+        let mut g = f.gate();
+        g.request(0, DEFAULT, 0, 0);
+        g.request(1, DEFAULT, 0, 0);
+        g.request(2, DEFAULT, 0, 0);
+        let pid = g.slot(0).pid;
+        // The holder's process is gone; a new one gets its slot: the place
+        // goes to the queue's head.
+        let mut woken = vec![];
+        assert_eq!(g.take_over(0, 900, false, 5, &mut |w| woken.push(w)), Some(pid));
+        assert_eq!(woken, vec![1]);
+        assert_eq!((g.slot(0).state, g.slot(0).pid), (SlotState::Idle, 900));
+        // A queued one's entry leaves the queue.
+        assert!(g.take_over(2, 901, false, 6, &mut |_| {}).is_some());
+        // An idle one: nothing to release.
+        assert_eq!(g.take_over(0, 902, true, 7, &mut |_| {}), None);
+        let h = g.header();
+        assert_eq!((h.holders, h.queued, h.sessions), (1, 0, 2));
+        g.check().unwrap();
     }
 
     #[test]
