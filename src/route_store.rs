@@ -101,19 +101,14 @@ pub fn restore() {
             return;
         }
     };
-    // A query's later line replaces its earlier one: each counts once.
+    // One route per query: `decode` keeps a query's last line.
     let (restored, no_room) = shmem::with_gate(|mut l| {
-        let (mut ok, mut no_room) = (std::collections::HashSet::new(), std::collections::HashSet::new());
-        for r in &decoded.routes {
-            let key = (r.db, r.query_id);
-            if l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok() {
-                no_room.remove(&key);
-                ok.insert(key);
-            } else if !ok.contains(&key) {
-                no_room.insert(key);
-            }
-        }
-        (ok.len(), no_room.len())
+        let ok = decoded
+            .routes
+            .iter()
+            .filter(|r| l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok())
+            .count();
+        (ok, decoded.routes.len() - ok)
     });
     let mut skipped = Vec::new();
     for (n, what) in [

@@ -72,8 +72,9 @@ fn line(l: &str) -> Option<Route> {
 }
 
 /// Read a file's text. Routes whose time ran out by `now_us` are left out
-/// and counted. A text without the header is refused whole: it is not a
-/// routes file of this version.
+/// and counted. A query's later line replaces its earlier one, in the
+/// earlier one's place (as setting its route again would). A text without
+/// the header is refused whole: it is not a routes file of this version.
 pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
     let mut lines = text.lines();
     match lines.next() {
@@ -84,10 +85,17 @@ pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
         None => return Err("it is empty".into()),
     }
     let mut d = Decoded::default();
+    let mut at = std::collections::HashMap::new();
     for l in lines.filter(|l| !l.trim().is_empty()) {
         match line(l) {
             Some(r) if r.until_us != 0 && r.until_us <= now_us => d.expired += 1,
-            Some(r) => d.routes.push(r),
+            Some(r) => match at.entry((r.db, r.query_id)) {
+                std::collections::hash_map::Entry::Occupied(e) => d.routes[*e.get()] = r,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(d.routes.len());
+                    d.routes.push(r);
+                }
+            },
             None => d.bad_lines += 1,
         }
     }
@@ -126,6 +134,13 @@ mod tests {
         assert_eq!((back, d.expired, d.bad_lines), (want, 1, 0));
         // Nothing in force: the header alone.
         assert_eq!(encode(&in_force(t.entries(), 10_000)), format!("{HEADER}\n{} {} long 0\n", 5, u64::MAX));
+    }
+
+    #[test]
+    fn a_later_line_of_the_same_query_replaces_the_earlier_in_its_place() {
+        let text = format!("{HEADER}\n1 42 long 0\n1 43 long 0\n2 42 long 0\n1 42 reports 500\n");
+        let d = decode(&text, 1).unwrap();
+        assert_eq!(d.routes, vec![route(1, 42, "reports", 500), route(1, 43, "long", 0), route(2, 42, "long", 0)]);
     }
 
     #[test]
