@@ -37,7 +37,8 @@ use crate::{gucs, park, session, shmem, snapshot};
 const MAX_SLEEP: Duration = Duration::from_secs(10);
 
 /// Take an admission for the current transaction, parking if needed.
-/// The caller has checked that the session is gated and not yet admitted.
+/// The caller (`hooks::needs_admission`) has checked that the session is
+/// gated and not yet admitted, and applied a reload this backend read.
 /// `query_id` is PostgreSQL's query id of the statement that asks (0 when
 /// it has none): the transaction's shape, which may route it to the long
 /// lane or to a class a DBA chose (docs/DESIGN.md §15).
@@ -74,9 +75,6 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
         session::pass_this_transaction();
         return;
     }
-    // (needs_admission applied a reload already; this is for callers
-    // that come another way.)
-    session::apply_reloaded_limit();
     let now = crate::now_us();
     let max_queued = gucs::max_queued();
     // SAFETY: MyDatabaseId is set once the backend connected; GetUserId
