@@ -96,8 +96,11 @@ build_deb() { # major pgrx-output-dir version
   printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$pkg" "$pkg" >"$shl/debian/control"
   libs=$(cd "$shl" && dpkg-shlibdeps -O --warnings=0 -e"$(find "$root" -name "$EXT.so")" 2>"$shl/err" |
     sed -n 's/^shlibs:Depends=//p') || libs=
-  [ -n "$libs" ] || cat "$shl/err" >&2
-  [ -n "$libs" ] || { echo "dpkg-shlibdeps named no dependency of $EXT.so (is dpkg-dev installed?)" >&2; exit 1; }
+  [ -n "$libs" ] || {
+    cat "$shl/err" >&2
+    echo "dpkg-shlibdeps named no dependency of $EXT.so (is dpkg-dev installed?)" >&2
+    exit 1
+  }
   cat >"$root/DEBIAN/control" <<CONTROL
 Package: $pkg
 Source: pg-gatekeeper
