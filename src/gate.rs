@@ -291,8 +291,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
                 }
                 continue;
             }
-            progress::Look::Again { at_us } if head => sleep_ms = sleep_ms.min((at_us - now) / 1000 + 1),
-            progress::Look::Again { .. } => {}
+            progress::Look::Again { at_us } => sleep_ms = sleep_ms.min((at_us - now) / 1000 + 1),
         }
         if timeout_ms > 0 {
             sleep_ms = sleep_ms.min(timeout_ms as i64 - waited_ms as i64);

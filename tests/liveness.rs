@@ -135,6 +135,44 @@ fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
     c.assert_quiet();
 }
 
+/// Without the worker, nobody wakes the sessions behind a queue's head
+/// when the head is admitted: each looks every second, so that its watch
+/// counts from the admission it saw, not from its next ten-second look.
+/// A hands its place to C at its COMMIT; C then holds it (a long query);
+/// D, behind C, admits itself a bound after C went in, not two.
+#[test]
+fn without_the_worker_the_session_behind_the_head_sees_the_head_admitted() {
+    let c = Cluster::start(&[
+        ("max_worker_processes", "0"),
+        ("pg_gatekeeper.max_active", "1"),
+        ("pg_gatekeeper.max_tickets", "1"),
+    ]);
+    assert_eq!(c.worker_count(), 0, "a worker runs");
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("SELECT 1");
+    let holder = c.app("C");
+    let cancel_c = holder.cancel_token();
+    let long = holder.spawn("SELECT pg_sleep(60)");
+    c.wait_queued("C");
+    let behind = c.app("D").spawn("SELECT 2");
+    c.wait_queued("D");
+    // A's place goes to C, the head; D, behind it, is not woken.
+    a.ok("COMMIT");
+    let handed = Instant::now();
+    wait_until("C is admitted", Duration::from_secs(5), || c.status().queued() == 1);
+    let d = behind.join_ok(Duration::from_secs(30));
+    let after = d.finished - handed;
+    assert!(after >= Duration::from_secs(9), "D was admitted {after:?} after C, before the bound");
+    // A session that looked only every 10 s took up to two bounds.
+    assert!(after < Duration::from_secs(15), "D was admitted {after:?} after C went in");
+    assert_eq!(c.status().int("overflow_total"), 1);
+    cancel_c.cancel_query(postgres::NoTls).expect("cancel C");
+    let done = long.join(Duration::from_secs(10));
+    assert_eq!(common::sqlstate(&done.result).as_deref(), Some("57014"), "C: {:?}", done.result);
+    c.assert_quiet();
+}
+
 /// A dblink call into the same server from a class capped at 1: the
 /// caller holds the class's only place while the session it opened waits
 /// for that place. On PostgreSQL 15 and 16 the caller shows no wait event

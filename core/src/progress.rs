@@ -172,6 +172,12 @@ pub fn workerless_bound(progress_timeout_us: i64, sample_interval_us: i64) -> i6
     WORKERLESS_AFTER_US.max(progress_timeout_us).max(sample_interval_us.saturating_mul(3))
 }
 
+/// How often a parked session behind its queue's head looks while the
+/// worker is away ([`HeadWatch`]): the head ahead of it may leave, or be
+/// admitted, without waking it, and the bound counts from the queue's last
+/// admission as the session saw it.
+pub const BEHIND_LOOK_US: i64 = 1_000_000;
+
 /// What a parked session at the head of its class's queue does next, by
 /// [`HeadWatch::look`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +226,12 @@ impl HeadWatch {
         if head && away && still {
             self.since_us = now;
             return Look::Admit;
+        }
+        // Behind the head while the worker is away: nobody wakes this
+        // session when the head ahead of it leaves (a timeout, a cancel, a
+        // hand-off), so it looks often enough to start its watch in time.
+        if !head && away {
+            return Look::Again { at_us: now + BEHIND_LOOK_US.min(bound) };
         }
         let sampled_at_us = if now < sampled_at_us { now } else { sampled_at_us };
         Look::Again { at_us: (self.since_us + bound).max(sampled_at_us + bound) }
@@ -411,11 +423,29 @@ mod tests {
             assert!(matches!(w.look(t * S, t as u64, 0, true, B), Look::Again { .. }), "moving at {t}");
         }
         let mut behind = HeadWatch::default();
-        for t in 0..100 {
-            assert!(matches!(behind.look(t * S, 7, 0, false, B), Look::Again { .. }), "behind at {t}");
+        // From 10 s on: the worker, which never sampled, is away a bound.
+        for t in 10..100 {
+            // Behind the head, it looks again within a second: nobody
+            // wakes it when the head leaves.
+            assert_eq!(behind.look(t * S, 7, 0, false, B), Look::Again { at_us: t * S + S }, "behind at {t}");
         }
         // Once it is the head, after the bound it has watched already.
         assert_eq!(behind.look(100 * S, 7, 0, true, B), Look::Admit);
+    }
+
+    #[test]
+    fn behind_the_head_the_watch_counts_from_the_admission_it_saw_within_a_second() {
+        let mut behind = HeadWatch::default();
+        // The worker never sampled (0): at 20 s it is away.
+        assert_eq!(behind.look(20 * S, 7, 0, false, B), Look::Again { at_us: 21 * S });
+        // The head ahead was admitted at 20.5 s, waking nobody; seen at 21 s.
+        assert_eq!(behind.look(21 * S, 8, 0, false, B), Look::Again { at_us: 22 * S });
+        // Now the head, it admits itself a bound after it saw the admission.
+        assert_eq!(behind.look(22 * S, 8, 0, true, B), Look::Again { at_us: 31 * S });
+        assert_eq!(behind.look(31 * S, 8, 0, true, B), Look::Admit);
+        // While the worker samples, a session behind the head waits to be woken.
+        let mut w = HeadWatch::default();
+        assert_eq!(w.look(50 * S, 7, 50 * S - 1000, false, B), Look::Again { at_us: 60 * S });
     }
 
     #[test]
