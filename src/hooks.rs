@@ -63,6 +63,7 @@ fn needs_admission() -> bool {
     session::apply_reloaded_limit();
     if !gucs::enabled() {
         session::pass_this_transaction();
+        session::show_gate_off();
         return false;
     }
     true

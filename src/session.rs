@@ -9,6 +9,7 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
+use gatekeeper_core::admission::SlotState;
 use gatekeeper_core::cpu_clock::{self, CpuClock};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -30,6 +31,9 @@ struct Local {
     /// Cached exemption decision, with the settings generation and the
     /// session user it was made for.
     exempt: Cell<Option<(bool, u64, pg_sys::Oid)>>,
+    /// Whether our slot shows us exempt (`SlotState::Exempt`) or gated, as
+    /// last written; `None` before the first write.
+    shown_exempt: Cell<Option<bool>>,
     /// Depth of gated utility statements being executed; while above zero,
     /// commits inside them (VACUUM, procedures with COMMIT) keep the admission.
     utility_depth: Cell<u32>,
@@ -58,6 +62,7 @@ static LOCAL: BackendLocal<Local> = BackendLocal::new(Local {
     admitted: Cell::new(false),
     passed: Cell::new(false),
     exempt: Cell::new(None),
+    shown_exempt: Cell::new(None),
     utility_depth: Cell::new(0),
     chain_at: Cell::new(None),
     last_statement: Cell::new(0),
@@ -347,15 +352,41 @@ pub fn is_exempt(slot: usize) -> bool {
     // SAFETY: GetSessionUserId is valid after InitPostgres; it follows SET
     // SESSION AUTHORIZATION (SET ROLE changes the current user only).
     let user = unsafe { pg_sys::GetSessionUserId() };
-    if let Some((v, g, u)) = LOCAL.with(|l| l.exempt.get()) {
-        if g == generation && u == user {
-            return v;
+    let exempt = match LOCAL.with(|l| l.exempt.get()) {
+        Some((v, g, u)) if g == generation && u == user => v,
+        _ => {
+            let exempt = role_is_exempt(user);
+            LOCAL.with(|l| l.exempt.set(Some((exempt, generation, user))));
+            exempt
         }
-    }
-    let exempt = role_is_exempt(user);
-    LOCAL.with(|l| l.exempt.set(Some((exempt, generation, user))));
-    shmem::with_gate(|mut l| l.gate.set_exempt(slot, exempt));
+    };
+    show_exempt(slot, exempt);
     exempt
+}
+
+/// The gate is off for this session (`pg_gatekeeper.enabled = off`, by a
+/// SET, the role's or database's settings, or the runbook's reload): its
+/// transactions pass ungated, so the views show it exempt, not idle, until
+/// a transaction of its is gated again.
+pub fn show_gate_off() {
+    show_exempt(ensure_attached(), true);
+}
+
+/// Show our slot exempt or gated (the views and `total_sessions` read it),
+/// taking the gate's lock only when that changes. Only between
+/// transactions: a queued or admitted slot keeps its state, and the next
+/// call tries again.
+fn show_exempt(slot: usize, exempt: bool) {
+    if LOCAL.with(|l| l.shown_exempt.get()) == Some(exempt) {
+        return;
+    }
+    let shown = shmem::with_gate(|mut l| {
+        l.gate.set_exempt(slot, exempt);
+        l.gate.slot(slot).state == if exempt { SlotState::Exempt } else { SlotState::Idle }
+    });
+    if shown {
+        LOCAL.with(|l| l.shown_exempt.set(Some(exempt)));
+    }
 }
 
 /// Whether `role` is exempt under the settings now in force.

@@ -580,6 +580,10 @@ fn runbook(worker: bool) {
         n.ok("COMMIT");
         admitted == 2
     });
+    // The views show it ungated (exempt), not as an idle gated session.
+    n.ok("BEGIN; SELECT 1");
+    assert_eq!(c.session("new").map(|s| s.state).as_deref(), Some("exempt"));
+    n.ok("COMMIT");
     h.ok("COMMIT");
     r.ok("COMMIT");
     c.assert_quiet();
