@@ -166,19 +166,32 @@ pub fn waits_on_client(procno: usize) -> bool {
     holder_wait(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
-/// PIDs of every process that waits on a heavyweight lock.
-pub fn lock_waiters() -> Vec<i32> {
+/// A process waiting on a heavyweight lock, as [`lock_waiters`] saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct LockWait {
+    pub pid: i32,
+    /// The lock it waits on (the address of the lock manager's entry) and
+    /// the mode it asks for: waiters with the same are blocked by the same
+    /// holders. `None` when the wait had not been recorded, or had ended.
+    pub on: Option<(usize, i32)>,
+}
+
+/// Every process that waits on a heavyweight lock.
+pub fn lock_waiters() -> Vec<LockWait> {
     let mut out = vec![];
     // SAFETY: allProcCount is fixed after startup, and every index below it
-    // is a valid PGPROC; pid and wait_event_info are single words read
-    // without a lock, as pg_stat_activity does.
+    // is a valid PGPROC; pid, wait_event_info, waitLock and waitLockMode are
+    // single words read without a lock, as pg_stat_activity reads the
+    // first two (waitLock is only compared, never followed).
     unsafe {
         for i in 0..(*pg_sys::ProcGlobal).allProcCount as usize {
             let p = proc_at(i);
             let info = std::ptr::read_volatile(&raw const (*p).wait_event_info);
             let pid = std::ptr::read_volatile(&raw const (*p).pid);
             if pid != 0 && info & WAIT_CLASS_MASK == pg_sys::PG_WAIT_LOCK {
-                out.push(pid);
+                let lock = std::ptr::read_volatile(&raw const (*p).waitLock);
+                let mode = std::ptr::read_volatile(&raw const (*p).waitLockMode);
+                out.push(LockWait { pid, on: (!lock.is_null()).then_some((lock as usize, mode)) });
             }
         }
     }

@@ -14,7 +14,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{assert_stays_queued, wait_until, wait_until_or, Cluster, Session, Wire, WireReply};
+use common::{assert_stays_queued, count_lines, wait_until, wait_until_or, Cluster, Running, Session, Wire, WireReply};
 
 const PROMPT: Duration = Duration::from_secs(2);
 
@@ -270,6 +270,29 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
     assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
 
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
+/// Five waiters, exempt superusers, ask for the same lock in the same mode
+/// while B, parked, holds it: the breaker asks the lock manager about one
+/// of them (not one call per waiter, each copying the whole pile), and
+/// whichever it asks about, B blocks it.
+#[test]
+fn deadlock_breaker_asks_once_per_lock_and_finds_the_parked_holder() {
+    let c = Cluster::start(BREAKER_ONLY);
+    create_t(&c);
+    let mut a = idle_in_transaction(&c, "A");
+    let b_run = c.app("B").spawn("SELECT count(*) FROM t");
+    c.wait_queued("B");
+    let deadline = Instant::now() + PROMPT;
+    let waiters: Vec<Running> =
+        (0..5).map(|k| c.superuser(&format!("S{k}")).spawn("BEGIN; LOCK TABLE t; COMMIT")).collect();
+    b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
+    for w in waiters {
+        w.join_ok(deadline.saturating_duration_since(Instant::now()));
+    }
+    assert_eq!(count_lines(&c.log_text(), "over the limit because process"), 1, "B, once");
     a.ok("COMMIT");
     c.assert_quiet();
 }
