@@ -86,9 +86,10 @@ fn snapshot() -> Snapshot {
 /// other users' sessions unless the reader may see them (as pg_stat_activity).
 fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
     let mut out = vec![];
-    // SAFETY: pgstat's backend snapshot is local to this transaction;
-    // BackendPidGetProc returns NULL for exited backends; the name lookups
-    // return palloc'd strings or NULL. All run inside a transaction.
+    let procnos = crate::procs::numbers_by_pid();
+    // SAFETY: pgstat's backend snapshot is local to this transaction; the
+    // name lookups return palloc'd strings or NULL. All run inside a
+    // transaction.
     unsafe {
         let reader = pg_sys::GetUserId();
         let read_all = pg_sys::has_privs_of_role(reader, pg_sys::Oid::from(pg_sys::ROLE_PG_READ_ALL_STATS));
@@ -102,11 +103,10 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
             if be.st_backendType != pg_sys::BackendType::B_BACKEND || be.st_procpid <= 0 {
                 continue;
             }
-            let proc_ = pg_sys::BackendPidGetProc(be.st_procpid);
-            if proc_.is_null() {
+            // Exited since pgstat's snapshot.
+            let Some(&procno) = procnos.get(&be.st_procpid) else {
                 continue;
-            }
-            let procno = crate::procs::number(proc_);
+            };
             let slot = snap.slots.get(procno).copied().filter(|s| s.pid == be.st_procpid);
             let in_xact = matches!(
                 be.st_state,

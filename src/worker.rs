@@ -186,7 +186,9 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_deadlock_us = 0;
     let mut last_now = now;
     let mut cpu = limit::CpuMeter::new();
-    let mut adapt = Adapt::default();
+    // A worker started again goes on lending what its predecessor lent.
+    let lend = shmem::with_gate_shared(|l| lending::LendClimber::resumed(l.status.lend_cap, l.gate.header().limit));
+    let mut adapt = Adapt { lend, ..Adapt::default() };
     let mut demand = controller::DemandWindow::default();
     let mut breaker = deadlock::Breaker::default();
     let mut live = liveness::Liveness::default();

@@ -109,6 +109,15 @@ pub struct LendClimber {
 }
 
 impl LendClimber {
+    /// A worker that starts again (ended by a DBA's "terminate everyone",
+    /// or failed) goes on from the cap its predecessor last set, `cap`
+    /// (0: none), with no probe under way. Starting from nothing instead,
+    /// its first sample took back every place lent (hundreds, with slow
+    /// clients), and the cap climbed back over seconds.
+    pub fn resumed(cap: u32, limit: u32) -> Self {
+        LendClimber { extra: cap.saturating_sub(limit), ..Self::default() }
+    }
+
     /// The ceiling for tickets now: the cap, within `[limit, ceiling]`.
     pub fn cap(&self, limit: u32, ceiling: u32) -> u32 {
         within(limit.saturating_add(self.extra), limit, ceiling)
@@ -402,5 +411,17 @@ mod tests {
             None
         );
         assert!(!c.probing());
+    }
+
+    #[test]
+    fn a_worker_that_starts_again_goes_on_from_the_cap_left() {
+        // 358 tickets lent at a limit of 16: kept, and moving with the limit.
+        let c = LendClimber::resumed(358, 16);
+        assert_eq!(c.cap(16, 1000), 358);
+        assert_eq!(c.cap(20, 1000), 362);
+        assert!(!c.probing());
+        // None left (server start), or below the limit: nothing lent.
+        assert_eq!(LendClimber::resumed(0, 16).cap(16, 1000), 16);
+        assert_eq!(LendClimber::resumed(8, 16).cap(16, 1000), 16);
     }
 }
