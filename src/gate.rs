@@ -384,7 +384,6 @@ pub fn release() {
     if !session::admitted() {
         return;
     }
-    session::set_admitted(false);
     let slot = session::slot();
     let now = crate::now_us();
     let shape = session::take_shape();
@@ -394,14 +393,17 @@ pub fn release() {
     let stall_us = gucs::stall_timeout_us();
     let computed_long = shape.is_some_and(|s| session::computed_long(&s, now, stall_us));
     let change = shmem::with_gate_waking(|mut l, wake| {
-        let change = shape.and_then(|s| {
-            let ran_long = computed_long || l.gate.slot(slot).long_run;
+        let ran_long = computed_long || l.gate.slot(slot).long_run;
+        l.gate.release(slot, now, wake);
+        shape.and_then(|s| {
             let held_us = (now - s.admitted_us).max(0) as u64;
             l.shapes.record(s.db, s.user, s.query_id, held_us, ran_long, now).map(|c| (c, s))
-        });
-        l.gate.release(slot, now, wake);
-        change
+        })
     });
+    // Only once the place is given back: had anything before failed, the
+    // next transaction end (the abort's) would give it back again
+    // (`Gate::release` of a slot not admitted does nothing).
+    session::set_admitted(false);
     if let Some((change, s)) = change {
         log_lane_change(change, &s);
     }
