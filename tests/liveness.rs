@@ -97,13 +97,9 @@ fn two_connections_of_one_client_at_the_defaults_with_many_lock_waiters() {
     });
 }
 
-/// Without the worker (no background worker slot for it) the guarantee is
-/// the parked sessions' own: the head of a queue that stood still admits
-/// itself once the worker has not sampled for 10 s (or `progress_timeout`,
-/// if longer), one session per 10 s and class. The client's cycle: A holds
-/// the only place, idle in its transaction, while its client waits for C.
-#[test]
-fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
+/// A cluster with no worker (no background worker slot for it) and one
+/// place, which A holds, idle in its transaction.
+fn workerless_with_a_holder() -> (Cluster, Session) {
     let c = Cluster::start(&[
         ("max_worker_processes", "0"),
         ("pg_gatekeeper.max_active", "1"),
@@ -113,6 +109,17 @@ fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
     let mut a = c.app("A");
     a.ok("BEGIN");
     a.ok("SELECT 1");
+    (c, a)
+}
+
+/// Without the worker (no background worker slot for it) the guarantee is
+/// the parked sessions' own: the head of a queue that stood still admits
+/// itself once the worker has not sampled for 10 s (or `progress_timeout`,
+/// if longer), one session per 10 s and class. The client's cycle: A holds
+/// the only place, idle in its transaction, while its client waits for C.
+#[test]
+fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
+    let (c, mut a) = workerless_with_a_holder();
     let t0 = Instant::now();
     let first = c.app("C").spawn("SELECT 1");
     let second = c.app("D").spawn("SELECT 2");
@@ -142,15 +149,7 @@ fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
 /// D, behind C, admits itself a bound after C went in, not two.
 #[test]
 fn without_the_worker_the_session_behind_the_head_sees_the_head_admitted() {
-    let c = Cluster::start(&[
-        ("max_worker_processes", "0"),
-        ("pg_gatekeeper.max_active", "1"),
-        ("pg_gatekeeper.max_tickets", "1"),
-    ]);
-    assert_eq!(c.worker_count(), 0, "a worker runs");
-    let mut a = c.app("A");
-    a.ok("BEGIN");
-    a.ok("SELECT 1");
+    let (c, mut a) = workerless_with_a_holder();
     let holder = c.app("C");
     let cancel_c = holder.cancel_token();
     let long = holder.spawn("SELECT pg_sleep(60)");
