@@ -12,6 +12,8 @@
 //! `legacy_api`; a change to a row takes a new function and symbol here,
 //! never a changed row behind a symbol a released script names.
 
+use std::collections::HashMap;
+
 use gatekeeper_core::adaptive::Reason;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::histogram::{Histogram, NBUCKETS};
@@ -86,7 +88,14 @@ fn snapshot() -> Snapshot {
 /// other users' sessions unless the reader may see them (as pg_stat_activity).
 fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
     let mut out = vec![];
-    let procnos = crate::procs::numbers_by_pid();
+    // Each attached backend's slot (its PGPROC number), by PID, in one
+    // pass: a slot's pid is cleared when its backend detaches. (A lookup
+    // per backend with BackendPidGetProc takes ProcArrayLock and scans
+    // every PGPROC each time; PGPROCs themselves keep the pid of a backend
+    // that exited.) A backend with no slot never asked for an admission,
+    // or attached after the snapshot: it needs no PGPROC number.
+    let slot_of: HashMap<i32, usize> =
+        snap.slots.iter().enumerate().filter(|(_, s)| s.pid != 0).map(|(i, s)| (s.pid, i)).collect();
     // SAFETY: pgstat's backend snapshot is local to this transaction; the
     // name lookups return palloc'd strings or NULL. All run inside a
     // transaction.
@@ -103,11 +112,8 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
             if be.st_backendType != pg_sys::BackendType::B_BACKEND || be.st_procpid <= 0 {
                 continue;
             }
-            // Exited since pgstat's snapshot.
-            let Some(&procno) = procnos.get(&be.st_procpid) else {
-                continue;
-            };
-            let slot = snap.slots.get(procno).copied().filter(|s| s.pid == be.st_procpid);
+            let procno = slot_of.get(&be.st_procpid).copied();
+            let slot = procno.map(|i| snap.slots[i]);
             let in_xact = matches!(
                 be.st_state,
                 pg_sys::BackendState::STATE_IDLEINTRANSACTION | pg_sys::BackendState::STATE_IDLEINTRANSACTION_ABORTED
@@ -122,7 +128,8 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 _ => "idle",
             };
             let admitted = slot.filter(|s| s.state == SlotState::Admitted);
-            let counts_as_running = admitted.map(|s| !s.stalled && !crate::procs::waits_on_client(procno));
+            let counts_as_running =
+                admitted.zip(procno).map(|(s, procno)| !s.stalled && !crate::procs::waits_on_client(procno));
             // The class of the current or last request; none for a session
             // that never asked (or is exempt).
             let class = slot
@@ -147,7 +154,7 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
                 state,
                 visible,
                 slot,
-                queue_position: snap.positions.get(procno).copied().flatten(),
+                queue_position: procno.and_then(|i| snap.positions[i]),
                 counts_as_running,
                 class,
             });

@@ -16,11 +16,9 @@
 //! a backend seen waiting on a lock at two consecutive checks is examined:
 //! a deadlock with the queue persists, an ordinary lock wait mostly does not.
 //!
-//! Only one waiter per lock and mode is asked about: a parked session is
-//! never a lock waiter itself, so it blocks every waiter that asks for the
-//! same lock in the same mode, or none of them. A pile-up of hundreds of
-//! waiters on one row costs two calls (the tuple's lock, the transaction's),
-//! not one per waiter, each of which copies the whole pile.
+//! Only one waiter per lock and mode is asked about
+//! (`gatekeeper_core::breaker`): a parked session blocks every waiter that
+//! asks for the same lock in the same mode, or none of them.
 //!
 //! A parked blocker is admitted only while its class's queue has stopped:
 //! nobody of its class was admitted since the previous check. While the
@@ -31,6 +29,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use gatekeeper_core::breaker;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
@@ -88,7 +87,8 @@ impl Breaker {
     /// sessions. Returns whether there was anything to examine.
     pub fn run(&mut self, now: i64) -> bool {
         let waiting = procs::lock_waiters();
-        let persistent = one_per_lock(waiting.iter().filter(|w| self.seen.contains(&w.pid)));
+        let persistent =
+            breaker::one_per_lock(waiting.iter().filter(|w| self.seen.contains(&w.pid)).map(|w| (w.pid, w.on)));
         self.seen = waiting.iter().map(|w| w.pid).collect();
         let admitted: [u64; MAX_CLASSES] =
             shmem::with_gate_shared(|l| std::array::from_fn(|k| l.gate.header().classes[k].counters.admitted));
@@ -102,13 +102,6 @@ impl Breaker {
         }
         true
     }
-}
-
-/// The PIDs of `waiters`, one per lock and mode they wait on (the first
-/// seen), and every one whose lock was not read.
-fn one_per_lock<'a>(waiters: impl Iterator<Item = &'a procs::LockWait>) -> Vec<i32> {
-    let mut locks = HashSet::new();
-    waiters.filter(|w| w.on.is_none_or(|on| locks.insert(on))).map(|w| w.pid).collect()
 }
 
 fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {

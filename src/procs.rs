@@ -166,26 +166,6 @@ pub fn waits_on_client(procno: usize) -> bool {
     holder_wait(procno) == pg_sys::PG_WAIT_CLIENT
 }
 
-/// The PGPROC number of every process, by PID: one pass over the PGPROCs
-/// for a whole view, where `BackendPidGetProc` per backend would take
-/// ProcArrayLock and scan them all once per backend. A process that exited
-/// is not found; one that started since may be.
-pub fn numbers_by_pid() -> std::collections::HashMap<i32, usize> {
-    let mut out = std::collections::HashMap::new();
-    // SAFETY: allProcCount is fixed after startup, and every index below it
-    // is a valid PGPROC; pid is a single word read without a lock, as
-    // pg_stat_activity reads it.
-    unsafe {
-        for i in 0..(*pg_sys::ProcGlobal).allProcCount as usize {
-            let pid = std::ptr::read_volatile(&raw const (*proc_at(i)).pid);
-            if pid != 0 {
-                out.insert(pid, i);
-            }
-        }
-    }
-    out
-}
-
 /// A process waiting on a heavyweight lock, as [`lock_waiters`] saw it.
 #[derive(Clone, Copy, Debug)]
 pub struct LockWait {

@@ -276,18 +276,18 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
 
 /// Five waiters, exempt superusers, ask for the same lock in the same mode
 /// while B, parked, holds it: the breaker asks the lock manager about one
-/// of them (not one call per waiter, each copying the whole pile), and
-/// whichever it asks about, B blocks it.
+/// waiter per lock and mode (`gatekeeper_core::breaker`, unit-tested there),
+/// and whichever waiter it asks about, B blocks it: B is admitted, once.
 #[test]
-fn deadlock_breaker_asks_once_per_lock_and_finds_the_parked_holder() {
+fn deadlock_breaker_finds_the_parked_holder_of_a_lock_many_wait_on() {
     let c = Cluster::start(BREAKER_ONLY);
     create_t(&c);
     let mut a = idle_in_transaction(&c, "A");
     let b_run = c.app("B").spawn("SELECT count(*) FROM t");
     c.wait_queued("B");
-    let deadline = Instant::now() + PROMPT;
     let waiters: Vec<Running> =
         (0..5).map(|k| c.superuser(&format!("S{k}")).spawn("BEGIN; LOCK TABLE t; COMMIT")).collect();
+    let deadline = Instant::now() + PROMPT;
     b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
     for w in waiters {
         w.join_ok(deadline.saturating_duration_since(Instant::now()));

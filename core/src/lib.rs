@@ -8,6 +8,7 @@
 //!
 //! - [`admission`]: the per-session slots, the per-class FIFO queues,
 //!   tickets, stalls and hand-off.
+//! - [`breaker`]: which lock waiters the deadlock breaker asks about.
 //! - [`classes`]: parsing and checking the class definitions.
 //! - [`histogram`]: the fixed-bucket wait-time histogram and its percentiles.
 //! - [`controller`]: how the worker moves the ticket count.
@@ -27,6 +28,7 @@
 
 pub mod adaptive;
 pub mod admission;
+pub mod breaker;
 pub mod classes;
 pub mod controller;
 pub mod cpu_clock;
