@@ -424,19 +424,23 @@ pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
 /// is released, so that nobody queues on the lock while the signals go out.
 /// (A woken waiter re-checks its state under the lock, so the order is safe.)
 pub fn with_gate_waking<R>(f: impl FnOnce(Locked<'_>, &mut dyn FnMut(usize)) -> R) -> R {
-    let mut w = Wakeups { n: 0, buf: [0; WAKE_BATCH] };
+    let mut w = Wakeups { n: 0, buf: [0; WAKE_BATCH], more: Vec::new() };
     let r = with_gate(|l| f(l, &mut |i| w.add(i)));
-    for &i in &w.buf[..w.n] {
+    for &i in w.buf[..w.n].iter().chain(&w.more) {
         wake(i);
     }
     r
 }
 
-/// Wake-ups collected under the lock, without allocating there.
+/// Wake-ups collected under the lock. The usual hand-off wakes one or two,
+/// which fit the inline buffer; a large jump in tickets (a raised limit, a
+/// lending burst) spills to the heap, which costs far less under the lock
+/// than a signal per waiter.
 const WAKE_BATCH: usize = 16;
 struct Wakeups {
     n: usize,
     buf: [usize; WAKE_BATCH],
+    more: Vec<usize>,
 }
 
 impl Wakeups {
@@ -444,8 +448,10 @@ impl Wakeups {
         if self.n < WAKE_BATCH {
             self.buf[self.n] = i;
             self.n += 1;
+        } else if self.more.try_reserve(1).is_ok() {
+            self.more.push(i);
         } else {
-            // A large jump in tickets: wake the rest at once.
+            // Out of memory: wake it now rather than lose the wake-up.
             wake(i);
         }
     }
