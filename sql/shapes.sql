@@ -115,3 +115,18 @@ SELECT gatekeeper.reset_shapes();
 SELECT count(*) AS kept, min(routed_to) AS route, max(runs) AS runs FROM gatekeeper.shapes;
 SELECT gatekeeper.reset_shapes(true);
 SELECT count(*) AS left FROM gatekeeper.shapes;
+
+-- DROP DATABASE forgets that database's shapes and routes: a route of a
+-- database that is gone could not be ended, and a new database may get its
+-- OID. The other databases' routes stay.
+SELECT gatekeeper.route_shape(:q, 'long');
+CREATE DATABASE regress_gone;
+SELECT oid AS gone FROM pg_database WHERE datname = 'regress_gone' \gset
+\c regress_gone
+CREATE EXTENSION pg_gatekeeper;
+SELECT gatekeeper.route_shape(4242, 'long');
+\c :db
+SELECT dbid = :gone AS there, routed_to FROM gatekeeper.shapes WHERE queryid IN (:q, 4242) ORDER BY 1;
+DROP DATABASE regress_gone;
+SELECT dbid = :gone AS there, routed_to FROM gatekeeper.shapes WHERE queryid IN (:q, 4242) ORDER BY 1;
+SELECT gatekeeper.reset_shapes(true);

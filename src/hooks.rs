@@ -230,7 +230,15 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
         return after::NOTHING;
     }
     session::note_statement();
-    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility statement.
+    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility
+    // statement; the cast matches the node's tag.
+    unsafe {
+        let stmt = (*pstmt).utilityStmt;
+        if (*stmt).type_ == pg_sys::NodeTag::T_DropdbStmt {
+            crate::shapes_api::before_drop_database(stmt as *const pg_sys::DropdbStmt);
+        }
+    }
+    // SAFETY: as above.
     match unsafe { Utility::classify((*pstmt).utilityStmt) } {
         Utility::Free => after::NOTHING,
         Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT) => after::CHAIN_COMMIT,
@@ -256,6 +264,7 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
 unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
     // A SET, RESET or DISCARD may have renamed the session.
     crate::citus::note_name();
+    crate::shapes_api::after_utility(true);
     match action {
         // It ran, so the block ends at the next transaction event and the
         // chained one starts (an error before then means no chain: the mark
@@ -278,6 +287,7 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_utility_failed(action: i32) {
+    crate::shapes_api::after_utility(false);
     if action == after::GATED {
         leave_utility();
     }

@@ -5,6 +5,7 @@
 //! pg_read_all_stats.
 
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use gatekeeper_core::classes::ClassName;
 use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
@@ -204,6 +205,38 @@ fn reset_shapes(routes: default!(bool, "false")) {
     let now = crate::now_us();
     shmem::with_gate(|mut l| l.shapes.reset(routes, now));
     if routes {
+        crate::route_store::save();
+    }
+}
+
+/// The database a DROP DATABASE of this backend is about to drop (0: none).
+/// One backend is one thread: the atomic only avoids `static mut`.
+static DROPPING_DB: AtomicU32 = AtomicU32::new(0);
+
+/// Before DROP DATABASE: remember which database it names, while its name
+/// still leads to it.
+///
+/// # Safety
+/// `stmt` must be a valid `DropdbStmt`, in a transaction.
+pub unsafe fn before_drop_database(stmt: *const pg_sys::DropdbStmt) {
+    // SAFETY: per the caller; with missing_ok a database that is not there
+    // gives InvalidOid rather than an error.
+    let oid = unsafe { pg_sys::get_database_oid((*stmt).dbname, true) };
+    DROPPING_DB.store(u32::from(oid), Ordering::Relaxed);
+}
+
+/// After a utility statement: if it dropped a database, forget the shapes
+/// and routes of that database. Its OID may be given to a database created
+/// later, which must not inherit them; and a route of a database that is
+/// gone could not be ended, since `unroute_shape` works in the caller's own
+/// database. `ran`: whether the statement completed.
+pub fn after_utility(ran: bool) {
+    let db = DROPPING_DB.swap(0, Ordering::Relaxed);
+    if db == 0 || !ran {
+        return;
+    }
+    let now = crate::now_us();
+    if shmem::with_gate(|mut l| l.shapes.forget_db(db, now)) {
         crate::route_store::save();
     }
 }

@@ -302,6 +302,18 @@ impl<'a> Shapes<'a> {
         }
     }
 
+    /// Forget every shape and route of database `db` (it was dropped: its
+    /// OID may be given to a new database). Returns whether a route in force
+    /// was among them.
+    pub fn forget_db(&mut self, db: u32, now_us: i64) -> bool {
+        let mut routed = false;
+        for s in self.e.iter_mut().filter(|s| s.query_id != 0 && s.db == db) {
+            routed |= s.routed(now_us);
+            *s = Shape::default();
+        }
+        routed
+    }
+
     /// Whether the entry holds something to show: a role's shape, or a
     /// route in force (an expired route's entry is only waiting for reuse).
     pub fn in_use(s: &Shape, now_us: i64) -> bool {
@@ -486,6 +498,27 @@ mod tests {
         // An expired route frees its entry again.
         t.route(1, 1, c, 5, 3).unwrap();
         assert!(t.route(1, 1000, c, 0, 6).is_ok());
+    }
+
+    #[test]
+    fn forget_db_drops_that_databases_shapes_and_routes_only() {
+        let mut v = table(32);
+        let mut t = Shapes::new(&mut v);
+        let c = ClassName::new("c");
+        t.record(1, 10, 1, 1, true, 1);
+        t.record(2, 10, 1, 1, true, 1);
+        t.route(1, 2, c, 0, 1).unwrap();
+        t.route(2, 2, c, 0, 1).unwrap();
+        assert!(t.forget_db(1, 2), "a route in force was forgotten");
+        assert!(t.find(1, 10, 1).is_none());
+        assert!(t.find(1, ANY_ROLE, 2).is_none());
+        assert_eq!(t.lane(1, 10, 2, 3), Lane::Short);
+        assert!(t.find(2, 10, 1).is_some(), "another database's shape stays");
+        assert_eq!(t.lane(2, 10, 2, 3), Lane::Routed(c), "and its route");
+        assert!(!t.forget_db(1, 3), "nothing left to forget");
+        t.record(3, 10, 1, 1, true, 1);
+        assert!(!t.forget_db(3, 3), "a shape alone is no route");
+        assert!(t.find(3, 10, 1).is_none());
     }
 
     #[test]
