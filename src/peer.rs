@@ -106,7 +106,11 @@ fn nodes(from: Origin, local_socket: bool) -> Nodes {
     // A node reaches itself through citus.local_hostname: a socket
     // directory there brings its own connections over a Unix socket.
     let local_by_socket = !names.is_empty() && local_socket;
-    let mut nodes = Nodes { addresses: vec![], by_socket: local_by_socket || names.iter().any(|n| n.starts_with('/')) };
+    let mut nodes = Nodes {
+        listed: !names.is_empty(),
+        addresses: vec![],
+        by_socket: local_by_socket || names.iter().any(|n| n.starts_with('/')),
+    };
     let mut hosts = vec![];
     for name in names.iter().filter(|n| !n.starts_with('/')) {
         match name.parse::<IpAddr>() {
@@ -160,17 +164,22 @@ fn column_values(table: &CStr, column: &CStr) -> Vec<String> {
         if relid == pg_sys::InvalidOid {
             return values;
         }
-        let attnum = pg_sys::get_attnum(relid, column.as_ptr());
-        if attnum == pg_sys::InvalidAttrNumber as pg_sys::AttrNumber {
-            return values;
-        }
-        let (mut output, mut varlena) = (pg_sys::InvalidOid, false);
-        pg_sys::getTypeOutputInfo(pg_sys::get_atttype(relid, attnum), &mut output, &mut varlena);
+        // Locked first: a DROP EXTENSION citus that commits between the
+        // lookups would leave a column with no type (an XX000 "cache lookup
+        // failed" from getTypeOutputInfo).
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let rel = pg_sys::try_table_open(relid, lock);
         if rel.is_null() {
             return values;
         }
+        let attnum = pg_sys::get_attnum(relid, column.as_ptr());
+        let atttype = if attnum > 0 { pg_sys::get_atttype(relid, attnum) } else { pg_sys::InvalidOid };
+        if atttype == pg_sys::InvalidOid {
+            pg_sys::table_close(rel, lock);
+            return values;
+        }
+        let (mut output, mut varlena) = (pg_sys::InvalidOid, false);
+        pg_sys::getTypeOutputInfo(atttype, &mut output, &mut varlena);
         let scan =
             pg_sys::systable_beginscan(rel, pg_sys::InvalidOid, false, std::ptr::null_mut(), 0, std::ptr::null_mut());
         loop {

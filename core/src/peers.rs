@@ -157,6 +157,8 @@ impl Peers {
 /// The nodes of the cluster, as `pg_dist_node` names them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Nodes {
+    /// `pg_dist_node` lists some node, whatever its name resolves to.
+    pub listed: bool,
     /// Their addresses: those given as addresses, and those that their
     /// host names resolve to.
     pub addresses: Vec<IpAddr>,
@@ -173,13 +175,15 @@ pub struct Nodes {
 /// rebalancer's commands, `run_command_on_all_nodes` and the executor's
 /// local placeholder, whatever address `pg_dist_node` gives it; and a node
 /// registered on a loopback address is reached from 127.0.0.1, the source
-/// Linux gives every connection into 127.0.0.0/8.
+/// Linux gives every connection into 127.0.0.0/8. So a loopback peer needs
+/// no host name resolved: a cluster registered by names that do not
+/// resolve at this moment still trusts its own connections.
 pub fn is_node(from: Origin, nodes: &Nodes) -> bool {
     match from {
         Origin::Local => nodes.by_socket,
         Origin::Address(ip) => {
             let ip = canonical(ip);
-            (ip.is_loopback() && (nodes.by_socket || !nodes.addresses.is_empty()))
+            (ip.is_loopback() && (nodes.listed || nodes.by_socket || !nodes.addresses.is_empty()))
                 || nodes.addresses.iter().any(|n| canonical(*n) == ip)
         }
     }
@@ -289,14 +293,14 @@ mod tests {
 
     #[test]
     fn the_nodes_are_looked_up_only_when_the_entries_do_not_decide() {
-        let nodes = || Nodes { addresses: vec![ip("10.0.0.5")], by_socket: false };
+        let nodes = || Nodes { listed: true, addresses: vec![ip("10.0.0.5")], by_socket: false };
         let never = || -> Nodes { panic!("looked up") };
         let list = parse("nodes, 192.168.0.0/16").unwrap();
         assert!(decide(&list, at("192.168.3.4"), never));
         assert!(decide(&list, at("10.0.0.5"), nodes));
         assert!(!decide(&list, at("10.0.0.6"), nodes));
         assert!(!decide(&list, Origin::Local, nodes));
-        assert!(decide(&list, Origin::Local, || Nodes { addresses: vec![], by_socket: true }));
+        assert!(decide(&list, Origin::Local, || Nodes { listed: false, addresses: vec![], by_socket: true }));
         // Without `nodes`, the nodes do not count.
         let list = parse("192.168.0.0/16").unwrap();
         assert!(!decide(&list, at("10.0.0.5"), never));
@@ -305,25 +309,33 @@ mod tests {
 
     #[test]
     fn nodes_match_by_address() {
-        let nodes = Nodes { addresses: vec![ip("127.0.0.1"), ip("::1"), ip("10.0.0.5")], by_socket: false };
+        let nodes =
+            Nodes { listed: true, addresses: vec![ip("127.0.0.1"), ip("::1"), ip("10.0.0.5")], by_socket: false };
         assert!(is_node(at("127.0.0.1"), &nodes));
         assert!(is_node(at("::ffff:10.0.0.5"), &nodes));
         assert!(is_node(at("::1"), &nodes));
         assert!(!is_node(at("10.0.0.6"), &nodes));
         assert!(!is_node(Origin::Local, &nodes));
         assert!(!is_node(at("127.0.0.1"), &Nodes::default()));
-        assert!(is_node(Origin::Local, &Nodes { addresses: vec![], by_socket: true }));
+        assert!(is_node(Origin::Local, &Nodes { listed: false, addresses: vec![], by_socket: true }));
         // A node on a loopback address is reached from 127.0.0.1.
-        let hosts = Nodes { addresses: vec![ip("127.0.1.1")], by_socket: false };
+        let hosts = Nodes { listed: true, addresses: vec![ip("127.0.1.1")], by_socket: false };
         assert!(is_node(at("127.0.0.1"), &hosts));
         assert!(is_node(at("::1"), &hosts));
         assert!(!is_node(at("10.0.0.1"), &hosts));
         // Nodes registered by their network addresses: a loopback peer is
         // this host, which reaches itself through citus.local_hostname.
-        let lan = Nodes { addresses: vec![ip("10.0.0.5"), ip("10.0.0.6")], by_socket: false };
+        let lan = Nodes { listed: true, addresses: vec![ip("10.0.0.5"), ip("10.0.0.6")], by_socket: false };
         assert!(is_node(at("127.0.0.1"), &lan));
         assert!(is_node(at("::1"), &lan));
         assert!(is_node(at("::ffff:127.0.0.1"), &lan));
         assert!(!is_node(at("10.0.0.7"), &lan));
+        // Nodes registered by host names that did not resolve: this host
+        // is still a node, and only this host.
+        let unresolved = Nodes { listed: true, addresses: vec![], by_socket: false };
+        assert!(is_node(at("127.0.0.1"), &unresolved));
+        assert!(is_node(at("::1"), &unresolved));
+        assert!(!is_node(at("10.0.0.5"), &unresolved));
+        assert!(!is_node(Origin::Local, &unresolved));
     }
 }
