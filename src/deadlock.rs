@@ -20,12 +20,15 @@
 //! (`gatekeeper_core::breaker`): a parked session blocks every waiter that
 //! asks for the same lock in the same mode, or none of them.
 //!
-//! A parked blocker is admitted only while its class's queue has stopped:
-//! nobody of its class was admitted since the previous check. While the
-//! queue moves, the blocker reaches its head in its turn, and admitting it
-//! early would only let it jump the queue: sessions that hold a
-//! session-level lock someone waits for, and loop short statements, would
-//! otherwise be admitted over the limit every time they park.
+//! A parked blocker is admitted only while its class's queue has stopped
+//! (nobody of its class was admitted since the previous check) and no
+//! holder that could give it a place moves: every such holder waits on a
+//! lock or on its client (`gatekeeper_core::breaker::stuck`). While the
+//! queue moves, or will once a running holder finishes, the blocker
+//! reaches its head in its turn, and admitting it early would only let it
+//! jump the queue: sessions that hold a session-level lock someone waits
+//! for, and loop statements, would otherwise be admitted over the limit
+//! every time they park.
 
 use std::collections::{HashMap, HashSet};
 
@@ -106,9 +109,16 @@ impl Breaker {
 
 fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
     let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
+        // Only a queue that stopped and that no holder will move: see
+        // `gatekeeper_core::breaker::stuck`.
+        let moves = |i| !matches!(procs::holder_wait(i), pg_sys::PG_WAIT_LOCK | pg_sys::PG_WAIT_CLIENT);
+        let stuck = breaker::stuck(l.gate.header(), l.gate.holders().map(|(i, s)| (s.class as usize, moves(i))));
         l.gate
             .queue()
-            .filter(|&i| stopped[l.gate.slot(i).class as usize % MAX_CLASSES])
+            .filter(|&i| {
+                let k = l.gate.slot(i).class as usize % MAX_CLASSES;
+                stopped[k] && stuck[k]
+            })
             .map(|i| (l.gate.slot(i).pid, i))
             .collect()
     });
