@@ -129,4 +129,28 @@ SELECT gatekeeper.route_shape(4242, 'long');
 SELECT dbid = :gone AS there, routed_to FROM gatekeeper.shapes WHERE queryid IN (:q, 4242) ORDER BY 1;
 DROP DATABASE regress_gone;
 SELECT dbid = :gone AS there, routed_to FROM gatekeeper.shapes WHERE queryid IN (:q, 4242) ORDER BY 1;
+-- A DROP DATABASE that never got past the queue dropped nothing: the
+-- session's next utility statement forgets nothing either.
+ALTER SYSTEM SET pg_gatekeeper.max_active = 1;
+ALTER SYSTEM SET pg_gatekeeper.max_tickets = 1;
+SELECT pg_reload_conf();
+SELECT regress.wait_for('SELECT max_active = 1 AND tickets = 1 FROM gatekeeper.status');
+ALTER ROLE regress_app SET pg_gatekeeper.queue_timeout = '100ms';
+SET client_min_messages = warning;
+SELECT dblink_connect('a', regress.conninfo('regress_app'));
+SELECT dblink_connect('b', regress.conninfo('regress_app'));
+SELECT dblink_exec('a', 'BEGIN');
+-- Not query :q, which is routed to the lane.
+SELECT * FROM dblink('a', 'SELECT 2, 3') AS t(x int, y int);
+SELECT dblink_exec('b', format('DROP DATABASE %I', :'db'), false) AS result;
+SELECT split_part(dblink_error_message('b'), E'\n', 1) AS error;
+SELECT dblink_exec('a', 'COMMIT');
+SELECT dblink_exec('b', 'SET work_mem = ''2MB''');
+SELECT routed_to FROM gatekeeper.shapes WHERE queryid = :q AND userid IS NULL;
+SELECT dblink_disconnect('a'), dblink_disconnect('b');
+RESET client_min_messages;
+ALTER ROLE regress_app RESET pg_gatekeeper.queue_timeout;
+ALTER SYSTEM RESET pg_gatekeeper.max_active;
+ALTER SYSTEM RESET pg_gatekeeper.max_tickets;
+SELECT pg_reload_conf();
 SELECT gatekeeper.reset_shapes(true);

@@ -226,19 +226,14 @@ mod after {
 #[pg_guard]
 #[unsafe(no_mangle)]
 unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -> i32 {
+    // A DROP DATABASE whose admission failed left its mark: it dropped
+    // nothing.
+    crate::shapes_api::forget_drop_database();
     if !session::is_client_backend() {
         return after::NOTHING;
     }
     session::note_statement();
-    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility
-    // statement; the cast matches the node's tag.
-    unsafe {
-        let stmt = (*pstmt).utilityStmt;
-        if (*stmt).type_ == pg_sys::NodeTag::T_DropdbStmt {
-            crate::shapes_api::before_drop_database(stmt as *const pg_sys::DropdbStmt);
-        }
-    }
-    // SAFETY: as above.
+    // SAFETY: PostgreSQL passes a valid PlannedStmt wrapping a utility statement.
     match unsafe { Utility::classify((*pstmt).utilityStmt) } {
         Utility::Free => after::NOTHING,
         Utility::Chain(pg_sys::XactEvent::XACT_EVENT_COMMIT) => after::CHAIN_COMMIT,
@@ -253,6 +248,14 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
             if unsafe { copies_from_client((*pstmt).utilityStmt) } {
                 session::set_reads_client(true);
             }
+            // SAFETY: as above; the cast matches the node's tag. Admitted:
+            // the statement runs now, and its end clears the mark.
+            unsafe {
+                let stmt = (*pstmt).utilityStmt;
+                if (*stmt).type_ == pg_sys::NodeTag::T_DropdbStmt {
+                    crate::shapes_api::before_drop_database(stmt as *const pg_sys::DropdbStmt);
+                }
+            }
             after::GATED
         }
     }
@@ -261,10 +264,10 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
 /// After a utility statement ran to completion.
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
-    // A SET, RESET or DISCARD may have renamed the session.
-    crate::citus::note_name();
-    crate::shapes_api::after_utility(true);
+unsafe extern "C-unwind" fn gk_after_utility(action: i32, toplevel: bool) {
+    // The gate's own bookkeeping first: what follows may log, and a log call
+    // serves interrupts; an ERROR there must not leave the statement's scope
+    // open (its admission would never be given back).
     match action {
         // It ran, so the block ends at the next transaction event and the
         // chained one starts (an error before then means no chain: the mark
@@ -278,25 +281,33 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32) {
                 pg_sys::XactEvent::XACT_EVENT_ABORT
             });
         }
-        after::GATED => leave_utility(),
+        after::GATED => leave_utility(toplevel),
         _ => {}
     }
+    // A SET, RESET or DISCARD may have renamed the session.
+    crate::citus::note_name();
+    crate::shapes_api::after_utility(true);
 }
 
 /// A utility statement raised an error (it is on its way to the client).
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_utility_failed(action: i32) {
-    crate::shapes_api::after_utility(false);
+unsafe extern "C-unwind" fn gk_utility_failed(action: i32, toplevel: bool) {
     if action == after::GATED {
-        leave_utility();
+        leave_utility(toplevel);
     }
+    crate::shapes_api::after_utility(false);
 }
 
 /// Leave a gated utility statement's scope, ending the transaction's
-/// admission if the statement left no transaction behind.
-fn leave_utility() {
-    let ended = session::exit_utility();
+/// admission if the statement left no transaction behind. Only a statement
+/// sent by the client (`toplevel`) can: the multi-transaction commands
+/// (VACUUM, CREATE INDEX CONCURRENTLY, CALL with COMMIT) that end one
+/// transaction and may fail before the next refuse to run anywhere else,
+/// and a nested statement failing while a subtransaction commits still has
+/// its transaction.
+fn leave_utility(toplevel: bool) {
+    let ended = session::exit_utility() && toplevel;
     if session::utility_depth() == 0 {
         session::set_reads_client(false);
     }

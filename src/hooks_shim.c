@@ -32,8 +32,8 @@ extern bool gk_before_planner(Query *parse);
 extern bool gk_before_executor_start(QueryDesc *queryDesc, int eflags);
 extern void gk_before_function_execute(void);
 extern int gk_before_utility(PlannedStmt *pstmt);
-extern void gk_after_utility(int action);
-extern void gk_utility_failed(int action);
+extern void gk_after_utility(int action, bool toplevel);
+extern void gk_utility_failed(int action, bool toplevel);
 
 static planner_hook_type prev_planner = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
@@ -151,6 +151,7 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 	 * same of pstmt).
 	 */
 	const uint64 query_id = (uint64) pstmt->queryId;
+	const bool	toplevel = context == PROCESS_UTILITY_TOPLEVEL;
 
 	PG_TRY();
 	{
@@ -167,12 +168,12 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 		 * fails after its ExecutorStart does.
 		 */
 		gk_statement_started(query_id);
-		gk_utility_failed(action);
+		gk_utility_failed(action, toplevel);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	gk_statement_started(query_id);
-	gk_after_utility(action);
+	gk_after_utility(action, toplevel);
 }
 
 /* Install the hooks, keeping the previous ones to chain to. */

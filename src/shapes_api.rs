@@ -213,8 +213,14 @@ fn reset_shapes(routes: default!(bool, "false")) {
 /// One backend is one thread: the atomic only avoids `static mut`.
 static DROPPING_DB: AtomicU32 = AtomicU32::new(0);
 
-/// Before DROP DATABASE: remember which database it names, while its name
-/// still leads to it.
+/// Forget a DROP DATABASE's mark: called before every utility statement,
+/// since one whose admission failed never reached its end.
+pub fn forget_drop_database() {
+    DROPPING_DB.store(0, Ordering::Relaxed);
+}
+
+/// Before DROP DATABASE, once admitted: remember which database it names,
+/// while its name still leads to it.
 ///
 /// # Safety
 /// `stmt` must be a valid `DropdbStmt`, in a transaction.
@@ -237,7 +243,14 @@ pub fn after_utility(ran: bool) {
     }
     let now = crate::now_us();
     if shmem::with_gate(|mut l| l.shapes.forget_db(db, now)) {
+        // The database is gone: a cancel served by the WARNING of a failed
+        // write must not fail the statement that dropped it. (An ERROR
+        // resets the hold-off count itself.)
+        // SAFETY: HOLD_INTERRUPTS/RESUME_INTERRUPTS, a backend-local counter.
+        unsafe { pg_sys::InterruptHoldoffCount += 1 };
         crate::route_store::save();
+        // SAFETY: as above, the matching decrement.
+        unsafe { pg_sys::InterruptHoldoffCount -= 1 };
     }
 }
 
