@@ -7,7 +7,7 @@
 //! that holds none is a no-op in the core.
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gatekeeper_core::admission::SlotState;
 use gatekeeper_core::cpu_clock::{self, CpuClock};
@@ -307,6 +307,10 @@ pub fn exit_utility() -> bool {
     depth == 0 && !unsafe { pg_sys::IsTransactionState() }
 }
 
+/// This process registered [`on_exit`] (once: a process attaches again
+/// only after a failure between the two).
+static EXIT_REGISTERED: AtomicBool = AtomicBool::new(false);
+
 /// Attach our slot on first use and register the exit callback.
 pub fn ensure_attached() -> usize {
     if let Some(i) = LOCAL.with(|l| l.attached.get().then(|| l.slot.get())) {
@@ -317,6 +321,16 @@ pub fn ensure_attached() -> usize {
     let i = crate::procs::my_number();
     // SAFETY: MyProcPid is set at process start.
     let pid = unsafe { pg_sys::MyProcPid };
+    // The exit callback first: registering it can fail (a FATAL when other
+    // libraries took PostgreSQL's 20 entries), and a slot attached without
+    // it would keep its place or queue entry after this process exits. It
+    // does nothing until the slot is attached.
+    if !EXIT_REGISTERED.swap(true, Ordering::Relaxed) {
+        // SAFETY: registering a plain extern "C" callback; it runs at backend
+        // exit before shared memory is detached, on FATAL and normal exits
+        // alike.
+        unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(0)) };
+    }
     // A slot left queued or admitted by its previous process (whose exit
     // callback never ran to its end) would keep a place or a queue entry
     // for ever: release it first, and say so.
@@ -331,9 +345,6 @@ pub fn ensure_attached() -> usize {
         l.slot.set(i);
         l.attached.set(true);
     });
-    // SAFETY: registering a plain extern "C" callback; it runs at backend exit
-    // before shared memory is detached, on FATAL and normal exits alike.
-    unsafe { pg_sys::before_shmem_exit(Some(on_exit), pg_sys::Datum::from(0)) };
     // Logged once attached and the exit callback registered: a log call
     // serves interrupts, and a terminate there must find the slot ours.
     if let Some(old) = left_by {
