@@ -21,9 +21,9 @@
 //! asks for the same lock in the same mode, or none of them.
 //!
 //! A parked blocker is admitted only while its class's queue has stopped
-//! (nobody of its class was admitted since the previous check) and no
-//! holder that could give it a place moves: every such holder waits on a
-//! lock or on its client (`gatekeeper_core::breaker::stuck`). While the
+//! (nobody of its class was admitted since the previous check) and none
+//! of its class's holders moves: each waits on a lock, its client, another
+//! process or another server (`gatekeeper_core::breaker::stuck`). While the
 //! queue moves, or will once a running holder finishes, the blocker
 //! reaches its head in its turn, and admitting it early would only let it
 //! jump the queue: sessions that hold a session-level lock someone waits
@@ -110,9 +110,19 @@ impl Breaker {
 fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
     let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
         // Only a queue that stopped and that no holder will move: see
-        // `gatekeeper_core::breaker::stuck`.
-        let moves = |i| !matches!(procs::holder_wait(i), pg_sys::PG_WAIT_LOCK | pg_sys::PG_WAIT_CLIENT);
-        let stuck = breaker::stuck(l.gate.header(), l.gate.holders().map(|(i, s)| (s.class as usize, moves(i))));
+        // `gatekeeper_core::breaker::stuck`. A holder moves if it counts
+        // against the places and computes, or waits on an LWLock, I/O or a
+        // sleep: what ends by itself. A wait on another process (IPC: a
+        // parallel leader's workers) or another server (Extension) may be
+        // the cycle itself.
+        let moves = |i, stalled: bool| {
+            !stalled
+                && matches!(
+                    procs::holder_wait(i),
+                    0 | pg_sys::PG_WAIT_LWLOCK | pg_sys::PG_WAIT_IO | pg_sys::PG_WAIT_TIMEOUT
+                )
+        };
+        let stuck = breaker::stuck(l.gate.holders().map(|(i, s)| (s.class as usize, moves(i, s.stalled))));
         l.gate
             .queue()
             .filter(|&i| {

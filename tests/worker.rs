@@ -297,6 +297,42 @@ fn deadlock_breaker_finds_the_parked_holder_of_a_lock_many_wait_on() {
     c.assert_quiet();
 }
 
+/// A holder that runs does not always move the blocker's queue: here
+/// three sessions of class `other` loop short statements, and each place
+/// one frees goes back to `other` by the shares (it holds fewer than
+/// `default`). A, of `default`, waits for the lock of B, parked in
+/// `default`: only the breaker can admit B.
+#[test]
+fn deadlock_breaker_admits_a_blocker_whose_class_the_running_holders_do_not_serve() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.max_tickets", "2"),
+        ("pg_gatekeeper.progress_timeout", "1h"),
+        ("pg_gatekeeper.classes", "other"),
+    ]);
+    create_t(&c);
+    c.admin_exec("CREATE ROLE oth LOGIN; ALTER ROLE oth SET pg_gatekeeper.class = 'other'");
+    let a = idle_in_transaction(&c, "A");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let others: Vec<Running> =
+        (0..3).map(|k| c.session_as("oth", &format!("O{k}")).looping("SELECT pg_sleep(0.02)", &stop)).collect();
+    let overflow_before = c.status().int("overflow_total");
+    let b_run = c.app("B").spawn("SELECT count(*) FROM t");
+    c.wait_queued("B");
+    let a_run = a.spawn("ALTER TABLE t ADD COLUMN c int");
+    let deadline = Instant::now() + PROMPT;
+    b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
+    let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for o in others {
+        o.join_ok(Duration::from_secs(10));
+    }
+    assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
+    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
+    a.ok("COMMIT");
+    c.assert_quiet();
+}
+
 /// One ticket, and the progress guarantee out of the way: only the breaker
 /// can admit over the limit.
 const BREAKER_ONLY: &[(&str, &str)] =

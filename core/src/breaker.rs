@@ -16,20 +16,18 @@
 
 //!
 //! It admits a parked blocker over the limit only when nothing else would
-//! move its queue ([`stuck`]): while some holder that can give a place to
-//! the blocker's class runs (on a CPU, on I/O, asleep, anything but a lock
-//! or its client), that holder's release moves the queue and the blocker
-//! gets in in its turn. Without that rule a role could stay over the limit
-//! and ahead of the queue: its sessions take a session-level advisory lock
-//! in shared mode and loop statements longer than the breaker's check,
-//! one of its admitted sessions asks for the lock in exclusive mode, and
-//! each time a looping session parks, holding the lock the waiter waits
-//! for, the breaker admits it again.
+//! move its queue ([`stuck`]): while a holder runs that will give the
+//! blocker's class a place, the blocker gets in in its turn. Without that
+//! rule a role could stay over the limit and ahead of the queue: its
+//! sessions take a session-level advisory lock in shared mode and loop
+//! statements longer than the breaker's check, one of its admitted
+//! sessions asks for the lock in exclusive mode, and each time a looping
+//! session parks, holding the lock the waiter waits for, the breaker
+//! admits it again.
 
 use std::collections::HashSet;
 use std::hash::Hash;
 
-use crate::admission::{GateHeader, LONG};
 use crate::classes::MAX_CLASSES;
 
 /// The waiters to ask about, in the order given: `waiters` are each
@@ -48,45 +46,42 @@ pub fn one_per_lock<K: Eq + Hash>(waiters: impl IntoIterator<Item = (i32, Option
 }
 
 /// For each class, whether only the breaker can move its queue now.
-/// `holders` gives each holder's class and whether it moves (runs, or waits
-/// on anything but a heavyweight lock or its client): a holder that moves
-/// will give its place back. A class held at its own cap waits for its own
-/// holders; any other class for a place of the gate's, which any holder
-/// outside the long lane gives back (the lane's holders take no place).
-pub fn stuck(header: &GateHeader, holders: impl IntoIterator<Item = (usize, bool)>) -> [bool; MAX_CLASSES] {
-    let (mut class_moves, mut gate_moves) = ([false; MAX_CLASSES], false);
-    for (k, _) in holders.into_iter().filter(|&(_, moves)| moves) {
-        class_moves[k % MAX_CLASSES] = true;
-        gate_moves |= k != LONG;
+/// `holders` gives each holder's class and whether it moves: it counts
+/// against the places (not stalled) and waits on nothing that may be the
+/// cycle (it computes, or waits on an LWLock, I/O or a sleep; not on a
+/// heavyweight lock, its client, another process or another server), so
+/// it will end and give its place back. Only a class's own holders count:
+/// as one ends, the class holds fewer places, and so gets the next free
+/// one within its cap and share. A place freed by another class's holder
+/// may go anywhere by the shares (back to that class, if it holds fewer):
+/// counting those, a class whose own holders all wait could stand still
+/// for as long as another class stays busy.
+pub fn stuck(holders: impl IntoIterator<Item = (usize, bool)>) -> [bool; MAX_CLASSES] {
+    let mut moves = [false; MAX_CLASSES];
+    for (k, _) in holders.into_iter().filter(|&(_, m)| m) {
+        moves[k % MAX_CLASSES] = true;
     }
-    std::array::from_fn(|k| if header.held_at_cap(k) { !class_moves[k] } else { !gate_moves })
+    moves.map(|m| !m)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::DEFAULT;
+    use crate::admission::{DEFAULT, LONG};
 
     #[test]
-    fn a_queue_is_stuck_only_while_no_holder_that_frees_its_place_moves() {
-        let mut h = GateHeader::default();
-        (h.limit, h.tickets) = (2, 2);
-        h.classes[DEFAULT].queued = 3;
-        h.classes[DEFAULT].admitted = 2;
+    fn a_queue_is_stuck_only_while_none_of_its_own_holders_moves() {
         // Both holders wait on locks (or their clients): stuck.
-        assert!(stuck(&h, [(DEFAULT, false), (DEFAULT, false)])[DEFAULT]);
-        assert!(stuck(&h, std::iter::empty())[DEFAULT]);
-        // One runs: its release gives the queue's head a place.
-        assert!(!stuck(&h, [(DEFAULT, false), (DEFAULT, true)])[DEFAULT]);
-        // So does a holder of another class, but not the long lane's.
-        assert!(!stuck(&h, [(DEFAULT, false), (2, true)])[DEFAULT]);
-        assert!(stuck(&h, [(DEFAULT, false), (LONG, true)])[DEFAULT]);
-        // A class held at its own cap waits for its own holders only.
-        h.classes[2].params.max_active = 1;
-        h.classes[2].admitted = 1;
-        h.classes[2].queued = 1;
-        assert!(stuck(&h, [(2, false), (DEFAULT, true)])[2]);
-        assert!(!stuck(&h, [(2, true), (DEFAULT, false)])[2]);
+        assert!(stuck([(DEFAULT, false), (DEFAULT, false)])[DEFAULT]);
+        assert!(stuck(std::iter::empty())[DEFAULT]);
+        // One runs: as it ends, the class holds fewer and gets a place.
+        assert!(!stuck([(DEFAULT, false), (DEFAULT, true)])[DEFAULT]);
+        // Another class's running holder frees a place the shares may
+        // give to that class again.
+        let s = stuck([(DEFAULT, false), (2, true), (LONG, true)]);
+        assert!(s[DEFAULT]);
+        assert!(!s[2]);
+        assert!(!s[LONG]);
     }
 
     #[test]
