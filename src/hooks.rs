@@ -225,10 +225,11 @@ mod after {
 /// once it has run.
 #[pg_guard]
 #[unsafe(no_mangle)]
-unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -> i32 {
-    // A DROP DATABASE whose admission failed left its mark: it dropped
-    // nothing.
-    crate::shapes_api::forget_drop_database();
+unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt, toplevel: bool) -> i32 {
+    if toplevel {
+        // A DROP DATABASE that failed after its drop hook left its mark.
+        crate::shapes_api::forget_drop_database();
+    }
     if !session::is_client_backend() {
         return after::NOTHING;
     }
@@ -247,14 +248,6 @@ unsafe extern "C-unwind" fn gk_before_utility(pstmt: *mut pg_sys::PlannedStmt) -
             // SAFETY: as above.
             if unsafe { copies_from_client((*pstmt).utilityStmt) } {
                 session::set_reads_client(true);
-            }
-            // SAFETY: as above; the cast matches the node's tag. Admitted:
-            // the statement runs now, and its end clears the mark.
-            unsafe {
-                let stmt = (*pstmt).utilityStmt;
-                if (*stmt).type_ == pg_sys::NodeTag::T_DropdbStmt {
-                    crate::shapes_api::before_drop_database(stmt as *const pg_sys::DropdbStmt);
-                }
             }
             after::GATED
         }
@@ -286,7 +279,9 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32, toplevel: bool) {
     }
     // A SET, RESET or DISCARD may have renamed the session.
     crate::citus::note_name();
-    crate::shapes_api::after_utility(true);
+    if toplevel {
+        crate::shapes_api::after_utility(true);
+    }
 }
 
 /// A utility statement raised an error (it is on its way to the client).
@@ -296,7 +291,17 @@ unsafe extern "C-unwind" fn gk_utility_failed(action: i32, toplevel: bool) {
     if action == after::GATED {
         leave_utility(toplevel);
     }
-    crate::shapes_api::after_utility(false);
+    if toplevel {
+        crate::shapes_api::after_utility(false);
+    }
+}
+
+/// The object access hook's drop of a database (`OAT_DROP`): DROP DATABASE
+/// passed its permission check and is about to drop it.
+#[pg_guard]
+#[unsafe(no_mangle)]
+unsafe extern "C-unwind" fn gk_database_dropping(dbid: pg_sys::Oid) {
+    crate::shapes_api::database_dropping(dbid);
 }
 
 /// Leave a gated utility statement's scope, ending the transaction's

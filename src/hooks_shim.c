@@ -22,6 +22,7 @@
 #include "postgres.h"
 
 #include "catalog/objectaccess.h"
+#include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "nodes/params.h"
 #include "optimizer/planner.h"
@@ -31,7 +32,8 @@
 extern bool gk_before_planner(Query *parse);
 extern bool gk_before_executor_start(QueryDesc *queryDesc, int eflags);
 extern void gk_before_function_execute(void);
-extern int gk_before_utility(PlannedStmt *pstmt);
+extern int gk_before_utility(PlannedStmt *pstmt, bool toplevel);
+extern void gk_database_dropping(Oid dbid);
 extern void gk_after_utility(int action, bool toplevel);
 extern void gk_utility_failed(int action, bool toplevel);
 
@@ -136,6 +138,9 @@ gk_object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, 
 		prev_object_access(access, classId, objectId, subId, arg);
 	if (access == OAT_FUNCTION_EXECUTE && gk_free_depth == 0 && !gk_settled)
 		gk_before_function_execute();
+	/* DROP DATABASE, past its permission check: see shapes_api.rs. */
+	if (access == OAT_DROP && classId == DatabaseRelationId)
+		gk_database_dropping(objectId);
 }
 
 static void
@@ -143,7 +148,8 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 				   ProcessUtilityContext context, ParamListInfo params,
 				   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	int			action = gk_before_utility(pstmt);
+	const bool	toplevel = context == PROCESS_UTILITY_TOPLEVEL;
+	int			action = gk_before_utility(pstmt, toplevel);
 
 	/*
 	 * Read before the call: a utility that commits or rolls back inside it
@@ -151,7 +157,6 @@ gk_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTre
 	 * same of pstmt).
 	 */
 	const uint64 query_id = (uint64) pstmt->queryId;
-	const bool	toplevel = context == PROCESS_UTILITY_TOPLEVEL;
 
 	PG_TRY();
 	{

@@ -213,26 +213,22 @@ fn reset_shapes(routes: default!(bool, "false")) {
 /// One backend is one thread: the atomic only avoids `static mut`.
 static DROPPING_DB: AtomicU32 = AtomicU32::new(0);
 
-/// Forget a DROP DATABASE's mark: called before every utility statement,
-/// since one whose admission failed never reached its end.
+/// Forget a DROP DATABASE's mark: called before every top-level utility
+/// statement, since one that failed after its drop hook dropped nothing.
 pub fn forget_drop_database() {
     DROPPING_DB.store(0, Ordering::Relaxed);
 }
 
-/// Before DROP DATABASE, once admitted: remember which database it names,
-/// while its name still leads to it.
-///
-/// # Safety
-/// `stmt` must be a valid `DropdbStmt`, in a transaction.
-pub unsafe fn before_drop_database(stmt: *const pg_sys::DropdbStmt) {
-    // SAFETY: per the caller; with missing_ok a database that is not there
-    // gives InvalidOid rather than an error.
-    let oid = unsafe { pg_sys::get_database_oid((*stmt).dbname, true) };
-    DROPPING_DB.store(u32::from(oid), Ordering::Relaxed);
+/// DROP DATABASE passed its permission check and is about to drop `dbid`
+/// (PostgreSQL's drop hook, called with the database locked: no name to
+/// resolve, no catalog to read). It may still fail (the database is in
+/// use); the top-level statement's end decides.
+pub fn database_dropping(dbid: pg_sys::Oid) {
+    DROPPING_DB.store(u32::from(dbid), Ordering::Relaxed);
 }
 
-/// After a utility statement: if it dropped a database, forget the shapes
-/// and routes of that database. Its OID may be given to a database created
+/// After a top-level utility statement: if it dropped a database, forget
+/// the shapes and routes of that database. Its OID may be given to a database created
 /// later, which must not inherit them; and a route of a database that is
 /// gone could not be ended, since `unroute_shape` works in the caller's own
 /// database. `ran`: whether the statement completed.
