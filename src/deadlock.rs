@@ -20,15 +20,12 @@
 //! (`gatekeeper_core::breaker`): a parked session blocks every waiter that
 //! asks for the same lock in the same mode, or none of them.
 //!
-//! A parked blocker is admitted only while its class's queue has stopped
-//! (nobody of its class was admitted since the previous check) and none
-//! of its class's holders moves: each waits on a lock, its client, another
-//! process or another server (`gatekeeper_core::breaker::stuck`). While the
-//! queue moves, or will once a running holder finishes, the blocker
-//! reaches its head in its turn, and admitting it early would only let it
-//! jump the queue: sessions that hold a session-level lock someone waits
-//! for, and loop statements, would otherwise be admitted over the limit
-//! every time they park.
+//! A parked blocker is admitted only while its class's queue has stopped:
+//! nobody of its class was admitted since the previous check. While the
+//! queue moves, the blocker reaches its head in its turn, and admitting it
+//! early would only let it jump the queue: sessions that hold a
+//! session-level lock someone waits for, and loop short statements, would
+//! otherwise be admitted over the limit every time they park.
 
 use std::collections::{HashMap, HashSet};
 
@@ -109,26 +106,9 @@ impl Breaker {
 
 fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
     let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
-        // Only a queue that stopped and that no holder will move: see
-        // `gatekeeper_core::breaker::stuck`. A holder moves if it counts
-        // against the places and computes, or waits on an LWLock, I/O or a
-        // sleep: what ends by itself. A wait on another process (IPC: a
-        // parallel leader's workers) or another server (Extension) may be
-        // the cycle itself.
-        let moves = |i, stalled: bool| {
-            !stalled
-                && matches!(
-                    procs::holder_wait(i),
-                    0 | pg_sys::PG_WAIT_LWLOCK | pg_sys::PG_WAIT_IO | pg_sys::PG_WAIT_TIMEOUT
-                )
-        };
-        let stuck = breaker::stuck(l.gate.holders().map(|(i, s)| (s.class as usize, moves(i, s.stalled))));
         l.gate
             .queue()
-            .filter(|&i| {
-                let k = l.gate.slot(i).class as usize % MAX_CLASSES;
-                stopped[k] && stuck[k]
-            })
+            .filter(|&i| stopped[l.gate.slot(i).class as usize % MAX_CLASSES])
             .map(|i| (l.gate.slot(i).pid, i))
             .collect()
     });

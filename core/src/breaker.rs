@@ -14,21 +14,8 @@
 //! pile-up of W waiters on one row costs a call per mode asked, not W
 //! calls that each copy the pile.
 
-//!
-//! It admits a parked blocker over the limit only when nothing else would
-//! move its queue ([`stuck`]): while a holder runs that will give the
-//! blocker's class a place, the blocker gets in in its turn. Without that
-//! rule a role could stay over the limit and ahead of the queue: its
-//! sessions take a session-level advisory lock in shared mode and loop
-//! statements longer than the breaker's check, one of its admitted
-//! sessions asks for the lock in exclusive mode, and each time a looping
-//! session parks, holding the lock the waiter waits for, the breaker
-//! admits it again.
-
 use std::collections::HashSet;
 use std::hash::Hash;
-
-use crate::classes::MAX_CLASSES;
 
 /// The waiters to ask about, in the order given: `waiters` are each
 /// waiter's PID and the lock and mode it waits on (`None` where that was
@@ -45,44 +32,9 @@ pub fn one_per_lock<K: Eq + Hash>(waiters: impl IntoIterator<Item = (i32, Option
         .collect()
 }
 
-/// For each class, whether only the breaker can move its queue now.
-/// `holders` gives each holder's class and whether it moves: it counts
-/// against the places (not stalled) and waits on nothing that may be the
-/// cycle (it computes, or waits on an LWLock, I/O or a sleep; not on a
-/// heavyweight lock, its client, another process or another server), so
-/// it will end and give its place back. Only a class's own holders count:
-/// as one ends, the class holds fewer places, and so gets the next free
-/// one within its cap and share. A place freed by another class's holder
-/// may go anywhere by the shares (back to that class, if it holds fewer):
-/// counting those, a class whose own holders all wait could stand still
-/// for as long as another class stays busy.
-pub fn stuck(holders: impl IntoIterator<Item = (usize, bool)>) -> [bool; MAX_CLASSES] {
-    let mut moves = [false; MAX_CLASSES];
-    for (k, _) in holders.into_iter().filter(|&(_, m)| m) {
-        moves[k % MAX_CLASSES] = true;
-    }
-    moves.map(|m| !m)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::{DEFAULT, LONG};
-
-    #[test]
-    fn a_queue_is_stuck_only_while_none_of_its_own_holders_moves() {
-        // Both holders wait on locks (or their clients): stuck.
-        assert!(stuck([(DEFAULT, false), (DEFAULT, false)])[DEFAULT]);
-        assert!(stuck(std::iter::empty())[DEFAULT]);
-        // One runs: as it ends, the class holds fewer and gets a place.
-        assert!(!stuck([(DEFAULT, false), (DEFAULT, true)])[DEFAULT]);
-        // Another class's running holder frees a place the shares may
-        // give to that class again.
-        let s = stuck([(DEFAULT, false), (2, true), (LONG, true)]);
-        assert!(s[DEFAULT]);
-        assert!(!s[2]);
-        assert!(!s[LONG]);
-    }
 
     #[test]
     fn one_waiter_per_lock_and_mode() {
