@@ -297,10 +297,10 @@ fn deadlock_breaker_finds_the_parked_holder_of_a_lock_many_wait_on() {
     c.assert_quiet();
 }
 
-/// A holder that runs does not always move the blocker's queue: here
-/// three sessions of class `other` loop short statements, and each place
-/// one frees goes back to `other` by the shares (it holds fewer than
-/// `default`). A, of `default`, waits for the lock of B, parked in
+/// The breaker's class may get no place while another class's holders
+/// run: here three sessions of class `other` loop short statements, and
+/// each place one frees goes back to `other` by the shares (it holds fewer
+/// than `default`). A, of `default`, waits for the lock of B, parked in
 /// `default`: only the breaker can admit B.
 #[test]
 fn deadlock_breaker_admits_a_blocker_whose_class_the_running_holders_do_not_serve() {
@@ -414,20 +414,13 @@ fn deadlock_breaker_admits_a_block_parked_holding_its_snapshot() {
 /// breaker once did, 55 times in 8 s) breaks no cycle.
 #[test]
 fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
-    breaker_not_used_to_stay_over_the_limit("SELECT count(*) FROM generate_series(1, 100000)");
-}
-
-/// Eight sessions hold a shared advisory lock and loop `statement` at
-/// `max_active = 2` while an admitted session waits for the lock in
-/// exclusive mode: nobody is admitted over the limit.
-fn breaker_not_used_to_stay_over_the_limit(statement: &str) {
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loops: Vec<_> = (0..8)
         .map(|k| {
             let mut s = c.app(&format!("shared{k}"));
             s.ok("SELECT pg_advisory_lock_shared(777)");
-            s.looping(statement, &stop)
+            s.looping("SELECT count(*) FROM generate_series(1, 100000)", &stop)
         })
         .collect();
     let before = c.status().int("overflow_total");
