@@ -25,16 +25,24 @@
 //! queue moves, the blocker reaches its head in its turn, and admitting it
 //! early would only let it jump the queue: sessions that hold a
 //! session-level lock someone waits for, and loop short statements, would
-//! otherwise be admitted over the limit every time they park.
+//! otherwise be admitted over the limit every time they park. A blocker
+//! admitted again while it still blocks needs the queue to have stood still
+//! longer each time (`gatekeeper_core::breaker::Repeats`): 200 ms, then
+//! doubling, at most `progress_timeout`. So looping statements longer than
+//! the check's interval does not keep them over the limit either.
 
 use std::collections::{HashMap, HashSet};
 
-use gatekeeper_core::breaker;
+use gatekeeper_core::breaker::{self, Motion, Repeats};
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 
-use crate::{procs, shmem};
+use crate::{gucs, procs, shmem};
+
+/// The standstill asked of a blocker's class before its first repeat for
+/// one wait, doubling with each repeat: twice the check's interval.
+const REPEAT_STOP_US: i64 = 200_000;
 
 unsafe extern "C-unwind" {
     /// The built-in behind SQL `pg_blocking_pids(int)` (utils/adt/lockfuncs.c),
@@ -74,12 +82,13 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
     }
 }
 
-/// Backends seen waiting on a lock at the previous check, and each class's
-/// admissions then.
+/// Backends seen waiting on a lock at the previous check, each class's
+/// admissions, and how often each blocker was admitted while it blocked.
 #[derive(Default)]
 pub struct Breaker {
     seen: HashSet<i32>,
-    admitted: Option<[u64; MAX_CLASSES]>,
+    motion: Motion<MAX_CLASSES>,
+    repeats: Repeats,
 }
 
 impl Breaker {
@@ -92,50 +101,62 @@ impl Breaker {
         self.seen = waiting.iter().map(|w| w.pid).collect();
         let admitted: [u64; MAX_CLASSES] =
             shmem::with_gate_shared(|l| std::array::from_fn(|k| l.gate.header().classes[k].counters.admitted));
-        let before = self.admitted.replace(admitted);
+        let still = self.motion.observe(admitted, now);
         if self.seen.is_empty() {
             return false;
         }
-        if let Some(before) = before.filter(|_| !persistent.is_empty()) {
-            let stopped: [bool; MAX_CLASSES] = std::array::from_fn(|k| admitted[k] == before[k]);
-            break_deadlocks(persistent, &stopped, now);
+        if let Some(still) = still.filter(|_| !persistent.is_empty()) {
+            self.break_deadlocks(persistent, &still, now);
         }
         true
     }
-}
 
-fn break_deadlocks(waiters: Vec<i32>, stopped: &[bool; MAX_CLASSES], now: i64) {
-    let queued: HashMap<i32, usize> = shmem::with_gate_shared(|l| {
-        l.gate
-            .queue()
-            .filter(|&i| stopped[l.gate.slot(i).class as usize % MAX_CLASSES])
-            .map(|i| (l.gate.slot(i).pid, i))
-            .collect()
-    });
-    if queued.is_empty() {
-        return;
-    }
-    let mut to_admit: Vec<(usize, i32, i32)> = vec![];
-    in_scratch_context(|| {
-        for w in waiters {
-            for b in blocking_pids(w) {
-                if let Some(&slot) = queued.get(&b) {
-                    to_admit.push((slot, b, w));
+    /// `still`: how long each class's queue has stood still (0: it moved
+    /// since the previous check).
+    fn break_deadlocks(&mut self, waiters: Vec<i32>, still: &[i64; MAX_CLASSES], now: i64) {
+        let queued: HashMap<i32, (usize, i64)> = shmem::with_gate_shared(|l| {
+            l.gate
+                .queue()
+                .map(|i| (i, still[l.gate.slot(i).class as usize % MAX_CLASSES]))
+                .filter(|&(_, still)| still > 0)
+                .map(|(i, still)| (l.gate.slot(i).pid, (i, still)))
+                .collect()
+        });
+        if queued.is_empty() {
+            return;
+        }
+        let mut blocks: Vec<(i32, i32)> = vec![];
+        in_scratch_context(|| {
+            for w in waiters {
+                blocks.extend(blocking_pids(w).into_iter().map(|b| (b, w)));
+            }
+        });
+        self.repeats.retain(&blocks.iter().map(|&(b, _)| b).collect());
+        let cap_us = gucs::progress_timeout_us();
+        let to_admit: Vec<(usize, i32, i32)> = blocks
+            .into_iter()
+            .filter_map(|(b, w)| {
+                let &(slot, still) = queued.get(&b)?;
+                (still >= self.repeats.stop_needed_us(b, REPEAT_STOP_US, cap_us)).then_some((slot, b, w))
+            })
+            .collect();
+        for (slot, pid, waiter) in to_admit {
+            let admitted = shmem::with_gate_waking(|mut l, wake| {
+                // The slot may have been admitted, or reused, since we looked.
+                let s = l.gate.slot(slot);
+                s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now, wake)
+            });
+            if admitted {
+                shmem::wake(slot);
+                match self.repeats.admitted(pid) {
+                    1 => pgrx::log!(
+                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
+                    ),
+                    n => pgrx::log!(
+                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times while it blocks)"
+                    ),
                 }
             }
-        }
-    });
-    for (slot, pid, waiter) in to_admit {
-        let admitted = shmem::with_gate_waking(|mut l, wake| {
-            // The slot may have been admitted, or reused, since we looked.
-            let s = l.gate.slot(slot);
-            s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now, wake)
-        });
-        if admitted {
-            shmem::wake(slot);
-            pgrx::log!(
-                "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
-            );
         }
     }
 }

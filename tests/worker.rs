@@ -443,6 +443,48 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
     c.assert_quiet();
 }
 
+/// The same sessions looping statements longer than the breaker's check
+/// (0.25 s sleeps): their queue stands still between admissions, and the
+/// breaker admits the parked ones over the limit. Each repeat for a
+/// session that still blocks needs a standstill twice as long as the one
+/// before (200 ms, 400 ms, ...), so after its first admissions or two
+/// each gets in in its turn. Before, it was admitted over the limit
+/// whenever it parked (`OVERFLOW_CEILING` fails that).
+#[test]
+fn the_deadlock_breaker_backs_off_from_blockers_whose_admissions_end_nothing() {
+    const LOOPERS: i64 = 6;
+    /// Two admissions each, and as many again for a loaded machine's pauses.
+    const OVERFLOW_CEILING: i64 = 4 * LOOPERS;
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = (0..LOOPERS)
+        .map(|k| {
+            let mut s = c.app(&format!("shared{k}"));
+            s.ok("SELECT pg_advisory_lock_shared(778)");
+            s.looping("SELECT pg_sleep(0.25)", &stop)
+        })
+        .collect();
+    let before = c.status().int("overflow_total");
+    let excl = c.app("exclusive").spawn("SELECT pg_advisory_lock(778)");
+    c.wait_for_event("exclusive", "advisory");
+    wait_until("a first admission over the limit", PROMPT, || c.status().int("overflow_total") > before);
+    let t0 = Instant::now();
+    let mut over = 0;
+    while t0.elapsed() < Duration::from_secs(5) {
+        over = c.status().int("overflow_total") - before;
+        assert!(over <= OVERFLOW_CEILING, "{over} admissions over the limit within {:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut sessions: Vec<Session> = loops.into_iter().map(|r| r.join_ok(Duration::from_secs(10)).session).collect();
+    for s in &mut sessions {
+        s.ok("SELECT pg_advisory_unlock_all()");
+    }
+    excl.join_ok(Duration::from_secs(5));
+    eprintln!("{over} admissions over the limit in 5 s");
+    c.assert_quiet();
+}
+
 // -- 4. Lost client -------------------------------------------------------------------
 
 #[test]

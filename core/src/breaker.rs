@@ -13,8 +13,18 @@
 //! session, which has none.) So one waiter per lock and mode is enough: a
 //! pile-up of W waiters on one row costs a call per mode asked, not W
 //! calls that each copy the pile.
+//!
+//! A blocker admitted over the limit that parks again, still blocking,
+//! ended nothing by its admission: it holds a session-level lock
+//! across its transactions. It may need to run again to release it (its
+//! unlock is a statement too), so it is not refused, but each repeat asks
+//! that its class's queue has stood still twice as long as for the one
+//! before, until it blocks nobody ([`Repeats`]): sessions
+//! that hold a lock someone waits for cannot loop statements over the
+//! limit, and a real cycle is still broken, later each time, at most a
+//! `progress_timeout` later.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
 /// The waiters to ask about, in the order given: `waiters` are each
@@ -30,6 +40,77 @@ pub fn one_per_lock<K: Eq + Hash>(waiters: impl IntoIterator<Item = (i32, Option
             None => Some(pid),
         })
         .collect()
+}
+
+/// How often the breaker admitted each parked blocker over the limit while
+/// it kept blocking, so that a blocker whose admissions end nothing backs
+/// off. Keyed by the blocker alone: a waiter that gives up and waits again
+/// (a `lock_timeout` in a loop) must not start the count afresh.
+#[derive(Default, Debug)]
+pub struct Repeats {
+    admitted: HashMap<i32, u32>,
+}
+
+impl Repeats {
+    /// How long (µs) the blocker's class must have admitted nobody before
+    /// `blocker` is admitted over the limit again: no more than for any
+    /// blocker the first time (the class stood still since the previous
+    /// check), then `base_us`, doubling with each admission, at most
+    /// `cap_us`.
+    pub fn stop_needed_us(&self, blocker: i32, base_us: i64, cap_us: i64) -> i64 {
+        match self.admitted.get(&blocker) {
+            None => 0,
+            Some(&n) => base_us.saturating_mul(1 << (n - 1).min(62)).min(cap_us),
+        }
+    }
+
+    /// `blocker` was admitted over the limit; returns how many times since
+    /// it began to block.
+    pub fn admitted(&mut self, blocker: i32) -> u32 {
+        let n = self.admitted.entry(blocker).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// The breaker asked about every waiter it examines and found these
+    /// `blockers`, parked or running: forget the others, which no longer
+    /// block anyone (their lock is gone, or they are).
+    pub fn retain(&mut self, blockers: &HashSet<i32>) {
+        self.admitted.retain(|b, _| blockers.contains(b));
+    }
+}
+
+/// Each class's admissions at the breaker's last check, and since when
+/// they have not moved.
+#[derive(Debug)]
+pub struct Motion<const N: usize> {
+    last: Option<[u64; N]>,
+    since: [i64; N],
+}
+
+impl<const N: usize> Default for Motion<N> {
+    fn default() -> Self {
+        Motion { last: None, since: [0; N] }
+    }
+}
+
+impl<const N: usize> Motion<N> {
+    /// Record each class's admissions counted at `now`. Returns, per class,
+    /// how long (µs) its count has stood still: 0 where it moved since the
+    /// previous check; `None` at the first check, which has nothing to
+    /// compare with.
+    pub fn observe(&mut self, admitted: [u64; N], now: i64) -> Option<[i64; N]> {
+        let Some(last) = self.last.replace(admitted) else {
+            self.since = [now; N];
+            return None;
+        };
+        Some(std::array::from_fn(|k| {
+            if admitted[k] != last[k] {
+                self.since[k] = now;
+            }
+            now - self.since[k]
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -52,5 +133,48 @@ mod tests {
     #[test]
     fn nothing_to_ask_about() {
         assert!(one_per_lock(Vec::<(i32, Option<u8>)>::new()).is_empty());
+    }
+
+    #[test]
+    fn each_repeat_needs_a_longer_standstill() {
+        let mut r = Repeats::default();
+        assert_eq!(r.stop_needed_us(42, 200, 1000), 0, "the first time: the check's own rule");
+        let needed: Vec<i64> = (1..=5)
+            .map(|n| {
+                assert_eq!(r.admitted(42), n);
+                r.stop_needed_us(42, 200, 1000)
+            })
+            .collect();
+        assert_eq!(needed, vec![200, 400, 800, 1000, 1000]);
+        assert_eq!(r.stop_needed_us(43, 200, 1000), 0, "another blocker starts afresh");
+    }
+
+    #[test]
+    fn blockers_that_no_longer_block_are_forgotten() {
+        let mut r = Repeats::default();
+        r.admitted(1);
+        r.admitted(2);
+        r.retain(&HashSet::from([2, 3]));
+        assert_eq!(r.stop_needed_us(1, 200, 1000), 0);
+        assert_eq!(r.stop_needed_us(2, 200, 1000), 200);
+    }
+
+    #[test]
+    fn many_repeats_do_not_overflow() {
+        let mut r = Repeats::default();
+        for _ in 0..100 {
+            r.admitted(1);
+        }
+        assert_eq!(r.stop_needed_us(1, 200, i64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn motion_counts_the_standstill_per_class() {
+        let mut m = Motion::<2>::default();
+        assert_eq!(m.observe([5, 9], 1_000), None);
+        assert_eq!(m.observe([5, 10], 1_100), Some([100, 0]));
+        assert_eq!(m.observe([5, 10], 1_200), Some([200, 100]));
+        assert_eq!(m.observe([6, 10], 1_300), Some([0, 200]));
+        assert_eq!(m.observe([6, 10], 1_400), Some([100, 300]));
     }
 }
