@@ -26,10 +26,10 @@
 //! early would only let it jump the queue: sessions that hold a
 //! session-level lock someone waits for, and loop short statements, would
 //! otherwise be admitted over the limit every time they park. A blocker
-//! admitted again while it still blocks needs the queue to have stood still
-//! longer each time (`gatekeeper_core::breaker::Repeats`): 200 ms, then
-//! doubling, at most `progress_timeout`. So looping statements longer than
-//! the check's interval does not keep them over the limit either.
+//! admitted again within 10 s needs the queue to have stood still longer
+//! each time (`gatekeeper_core::breaker::Repeats`): 200 ms, doubling, at
+//! most 1.6 s. So looping statements longer than the check's interval does
+//! not keep them over the limit either.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,11 +38,7 @@ use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::SlotState;
 use pgrx::pg_sys;
 
-use crate::{gucs, procs, shmem};
-
-/// The standstill asked of a blocker's class before its first repeat for
-/// one wait, doubling with each repeat: twice the check's interval.
-const REPEAT_STOP_US: i64 = 200_000;
+use crate::{procs, shmem};
 
 unsafe extern "C-unwind" {
     /// The built-in behind SQL `pg_blocking_pids(int)` (utils/adt/lockfuncs.c),
@@ -83,37 +79,53 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
 }
 
 /// Backends seen waiting on a lock at the previous check, each class's
-/// admissions, and how often each blocker was admitted while it blocked.
-#[derive(Default)]
+/// admissions, and how often each blocker was admitted recently.
 pub struct Breaker {
     seen: HashSet<i32>,
     motion: Motion<MAX_CLASSES>,
     repeats: Repeats,
+    /// The origin of the standstills' clock, which never steps back (the
+    /// wall clock's steps must not turn the breaker off, or on).
+    clock: std::time::Instant,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            seen: HashSet::new(),
+            motion: Motion::default(),
+            repeats: Repeats::default(),
+            clock: std::time::Instant::now(),
+        }
+    }
 }
 
 impl Breaker {
     /// Look for lock waiters blocked by parked sessions and admit those
     /// sessions. Returns whether there was anything to examine.
     pub fn run(&mut self, now: i64) -> bool {
+        let mono = self.clock.elapsed().as_micros() as i64;
+        self.repeats.expire(mono);
         let waiting = procs::lock_waiters();
         let persistent =
             breaker::one_per_lock(waiting.iter().filter(|w| self.seen.contains(&w.pid)).map(|w| (w.pid, w.on)));
         self.seen = waiting.iter().map(|w| w.pid).collect();
         let admitted: [u64; MAX_CLASSES] =
             shmem::with_gate_shared(|l| std::array::from_fn(|k| l.gate.header().classes[k].counters.admitted));
-        let still = self.motion.observe(admitted, now);
+        let still = self.motion.observe(admitted, mono);
         if self.seen.is_empty() {
             return false;
         }
         if let Some(still) = still.filter(|_| !persistent.is_empty()) {
-            self.break_deadlocks(persistent, &still, now);
+            self.break_deadlocks(persistent, &still, now, mono);
         }
         true
     }
 
     /// `still`: how long each class's queue has stood still (0: it moved
-    /// since the previous check).
-    fn break_deadlocks(&mut self, waiters: Vec<i32>, still: &[i64; MAX_CLASSES], now: i64) {
+    /// since the previous check); `now` is the wall clock, `mono` the
+    /// standstills' clock.
+    fn break_deadlocks(&mut self, waiters: Vec<i32>, still: &[i64; MAX_CLASSES], now: i64, mono: i64) {
         let queued: HashMap<i32, (usize, i64)> = shmem::with_gate_shared(|l| {
             l.gate
                 .queue()
@@ -131,13 +143,11 @@ impl Breaker {
                 blocks.extend(blocking_pids(w).into_iter().map(|b| (b, w)));
             }
         });
-        self.repeats.retain(&blocks.iter().map(|&(b, _)| b).collect());
-        let cap_us = gucs::progress_timeout_us();
         let to_admit: Vec<(usize, i32, i32)> = blocks
             .into_iter()
             .filter_map(|(b, w)| {
                 let &(slot, still) = queued.get(&b)?;
-                (still >= self.repeats.stop_needed_us(b, REPEAT_STOP_US, cap_us)).then_some((slot, b, w))
+                (still >= self.repeats.stop_needed_us(b)).then_some((slot, b, w))
             })
             .collect();
         for (slot, pid, waiter) in to_admit {
@@ -148,12 +158,12 @@ impl Breaker {
             });
             if admitted {
                 shmem::wake(slot);
-                match self.repeats.admitted(pid) {
+                match self.repeats.admitted(pid, mono) {
                     1 => pgrx::log!(
                         "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
                     ),
                     n => pgrx::log!(
-                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times while it blocks)"
+                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times, each within 10 s of the one before)"
                     ),
                 }
             }

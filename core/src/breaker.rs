@@ -15,14 +15,16 @@
 //! calls that each copy the pile.
 //!
 //! A blocker admitted over the limit that parks again, still blocking,
-//! ended nothing by its admission: it holds a session-level lock
-//! across its transactions. It may need to run again to release it (its
-//! unlock is a statement too), so it is not refused, but each repeat asks
-//! that its class's queue has stood still twice as long as for the one
-//! before, until it blocks nobody ([`Repeats`]): sessions
-//! that hold a lock someone waits for cannot loop statements over the
-//! limit, and a real cycle is still broken, later each time, at most a
-//! `progress_timeout` later.
+//! ended nothing by its admission: it holds a session-level lock across
+//! its transactions. It may need to run again to release it (its unlock is
+//! a statement too), so it is not refused, but each repeat asks that its
+//! class's queue has stood still longer ([`Repeats`]: 200 ms, 400 ms,
+//! 800 ms, then 1.6 s), and the count is forgotten only 10 s after the
+//! blocker's last such admission: sessions that hold a lock someone waits
+//! for cannot loop statements over the limit, and a real cycle is still
+//! broken, each repeat at most 1.6 s later. The count is not forgotten when
+//! one check fails to name the blocker: a waiter that alternates between
+//! two locks held by two groups would then reset each group's count in turn.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -42,41 +44,50 @@ pub fn one_per_lock<K: Eq + Hash>(waiters: impl IntoIterator<Item = (i32, Option
         .collect()
 }
 
-/// How often the breaker admitted each parked blocker over the limit while
-/// it kept blocking, so that a blocker whose admissions end nothing backs
-/// off. Keyed by the blocker alone: a waiter that gives up and waits again
-/// (a `lock_timeout` in a loop) must not start the count afresh.
+/// The standstill asked of a blocker's class before its first repeat,
+/// doubling with each repeat up to [`REPEAT_STOP_MAX_US`].
+pub const REPEAT_STOP_US: i64 = 200_000;
+/// The longest standstill a repeat asks for.
+pub const REPEAT_STOP_MAX_US: i64 = 1_600_000;
+/// How long after its last admission over the limit a blocker's count is
+/// forgotten.
+pub const REPEAT_FORGET_US: i64 = 10_000_000;
+
+/// How often the breaker admitted each parked blocker over the limit
+/// recently, so that a blocker whose admissions end nothing backs off.
+/// Keyed by the blocker alone: a waiter that gives up and waits again (a
+/// `lock_timeout` in a loop) must not start the count afresh. Times are
+/// from a clock that never steps back.
 #[derive(Default, Debug)]
 pub struct Repeats {
-    admitted: HashMap<i32, u32>,
+    /// Per blocker PID: admissions, and when the last one was.
+    admitted: HashMap<i32, (u32, i64)>,
 }
 
 impl Repeats {
     /// How long (µs) the blocker's class must have admitted nobody before
     /// `blocker` is admitted over the limit again: no more than for any
     /// blocker the first time (the class stood still since the previous
-    /// check), then `base_us`, doubling with each admission, at most
-    /// `cap_us`.
-    pub fn stop_needed_us(&self, blocker: i32, base_us: i64, cap_us: i64) -> i64 {
+    /// check), then [`REPEAT_STOP_US`], doubling with each admission, at
+    /// most [`REPEAT_STOP_MAX_US`].
+    pub fn stop_needed_us(&self, blocker: i32) -> i64 {
         match self.admitted.get(&blocker) {
             None => 0,
-            Some(&n) => base_us.saturating_mul(1 << (n - 1).min(62)).min(cap_us),
+            Some(&(n, _)) => REPEAT_STOP_US.saturating_mul(1 << (n - 1).min(62)).min(REPEAT_STOP_MAX_US),
         }
     }
 
-    /// `blocker` was admitted over the limit; returns how many times since
-    /// it began to block.
-    pub fn admitted(&mut self, blocker: i32) -> u32 {
-        let n = self.admitted.entry(blocker).or_insert(0);
-        *n += 1;
-        *n
+    /// `blocker` was admitted over the limit at `now`; returns how many
+    /// times recently.
+    pub fn admitted(&mut self, blocker: i32, now: i64) -> u32 {
+        let e = self.admitted.entry(blocker).or_insert((0, now));
+        *e = (e.0 + 1, now);
+        e.0
     }
 
-    /// The breaker asked about every waiter it examines and found these
-    /// `blockers`, parked or running: forget the others, which no longer
-    /// block anyone (their lock is gone, or they are).
-    pub fn retain(&mut self, blockers: &HashSet<i32>) {
-        self.admitted.retain(|b, _| blockers.contains(b));
+    /// Forget the blockers last admitted [`REPEAT_FORGET_US`] or more ago.
+    pub fn expire(&mut self, now: i64) {
+        self.admitted.retain(|_, &mut (_, at)| now - at < REPEAT_FORGET_US);
     }
 }
 
@@ -95,10 +106,10 @@ impl<const N: usize> Default for Motion<N> {
 }
 
 impl<const N: usize> Motion<N> {
-    /// Record each class's admissions counted at `now`. Returns, per class,
-    /// how long (µs) its count has stood still: 0 where it moved since the
-    /// previous check; `None` at the first check, which has nothing to
-    /// compare with.
+    /// Record each class's admissions counted at `now` (a clock that never
+    /// steps back). Returns, per class, how long (µs) its count has stood
+    /// still: 0 where it moved since the previous check; `None` at the
+    /// first check, which has nothing to compare with.
     pub fn observe(&mut self, admitted: [u64; N], now: i64) -> Option<[i64; N]> {
         let Some(last) = self.last.replace(admitted) else {
             self.since = [now; N];
@@ -138,34 +149,37 @@ mod tests {
     #[test]
     fn each_repeat_needs_a_longer_standstill() {
         let mut r = Repeats::default();
-        assert_eq!(r.stop_needed_us(42, 200, 1000), 0, "the first time: the check's own rule");
-        let needed: Vec<i64> = (1..=5)
+        assert_eq!(r.stop_needed_us(42), 0, "the first time: the check's own rule");
+        let needed: Vec<i64> = (1..=6)
             .map(|n| {
-                assert_eq!(r.admitted(42), n);
-                r.stop_needed_us(42, 200, 1000)
+                assert_eq!(r.admitted(42, n as i64 * 1000), n);
+                r.stop_needed_us(42)
             })
             .collect();
-        assert_eq!(needed, vec![200, 400, 800, 1000, 1000]);
-        assert_eq!(r.stop_needed_us(43, 200, 1000), 0, "another blocker starts afresh");
+        assert_eq!(needed, vec![200_000, 400_000, 800_000, 1_600_000, 1_600_000, 1_600_000]);
+        assert_eq!(r.stop_needed_us(43), 0, "another blocker starts afresh");
     }
 
     #[test]
-    fn blockers_that_no_longer_block_are_forgotten() {
+    fn a_count_is_forgotten_10_s_after_its_last_admission() {
         let mut r = Repeats::default();
-        r.admitted(1);
-        r.admitted(2);
-        r.retain(&HashSet::from([2, 3]));
-        assert_eq!(r.stop_needed_us(1, 200, 1000), 0);
-        assert_eq!(r.stop_needed_us(2, 200, 1000), 200);
+        r.admitted(1, 0);
+        r.admitted(1, 5_000_000);
+        r.admitted(2, 1_000_000);
+        r.expire(11_000_000);
+        assert_eq!(r.stop_needed_us(2), 0, "last admitted 10 s ago");
+        assert_eq!(r.stop_needed_us(1), 400_000, "the 5 s admission keeps the count");
+        r.expire(15_000_000);
+        assert_eq!(r.stop_needed_us(1), 0);
     }
 
     #[test]
     fn many_repeats_do_not_overflow() {
         let mut r = Repeats::default();
-        for _ in 0..100 {
-            r.admitted(1);
+        for k in 0..100 {
+            r.admitted(1, k);
         }
-        assert_eq!(r.stop_needed_us(1, 200, i64::MAX), i64::MAX);
+        assert_eq!(r.stop_needed_us(1), REPEAT_STOP_MAX_US);
     }
 
     #[test]
