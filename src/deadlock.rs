@@ -28,8 +28,9 @@
 //! otherwise be admitted over the limit every time they park. A blocker
 //! admitted again within 10 s needs the queue to have stood still longer
 //! each time (`gatekeeper_core::breaker::Repeats`): 200 ms, doubling, at
-//! most 1.6 s. So looping statements longer than the check's interval does
-//! not keep them over the limit either.
+//! most 1.6 s. Looping statements longer than the check's interval then
+//! gets each such session over the limit once or twice per 10 s, or once
+//! per statement past 1.6 s.
 
 use std::collections::{HashMap, HashSet};
 

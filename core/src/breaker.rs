@@ -15,16 +15,20 @@
 //! calls that each copy the pile.
 //!
 //! A blocker admitted over the limit that parks again, still blocking,
-//! ended nothing by its admission: it holds a session-level lock across
-//! its transactions. It may need to run again to release it (its unlock is
-//! a statement too), so it is not refused, but each repeat asks that its
-//! class's queue has stood still longer ([`Repeats`]: 200 ms, 400 ms,
-//! 800 ms, then 1.6 s), and the count is forgotten only 10 s after the
-//! blocker's last such admission: sessions that hold a lock someone waits
-//! for cannot loop statements over the limit, and a real cycle is still
-//! broken, each repeat at most 1.6 s later. The count is not forgotten when
-//! one check fails to name the blocker: a waiter that alternates between
-//! two locks held by two groups would then reset each group's count in turn.
+//! ended nothing by its admission: most often it holds a session-level
+//! lock across its transactions. It may need to run again to release it
+//! (its unlock is a statement too), so it is not refused, but any repeat of
+//! a blocker admitted over the limit in the last 10 s asks that its class's
+//! queue has stood still longer ([`Repeats`]: 200 ms, 400 ms, 800 ms, then
+//! 1.6 s). Sessions that hold a lock someone waits for then cannot loop
+//! short statements over the limit: each gets there once or twice per
+//! 10 s, and statements longer than 1.6 s about once each. A real cycle is
+//! still broken: after that standstill, or, where other admissions keep
+//! moving the class (the progress guarantee's batches among them), once
+//! the count is forgotten 10 s after the blocker's last admission. The
+//! count is not forgotten when one check fails to name the blocker: a
+//! waiter that alternates between two locks held by two groups would then
+//! reset each group's count in turn.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
