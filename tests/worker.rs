@@ -407,6 +407,45 @@ fn deadlock_breaker_admits_a_block_parked_holding_its_snapshot() {
     c.assert_quiet();
 }
 
+/// Sessions `shared0`... that each hold advisory lock 777 in shared mode
+/// and loop a statement, and then `exclusive`, admitted, waiting for the
+/// lock in exclusive mode.
+struct SharedLockLoops {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    loops: Vec<Running>,
+    exclusive: Option<Running>,
+}
+
+impl SharedLockLoops {
+    fn start(c: &Cluster, n: usize, sql: &str) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let loops = (0..n)
+            .map(|k| {
+                let mut s = c.app(&format!("shared{k}"));
+                s.ok("SELECT pg_advisory_lock_shared(777)");
+                s.looping(sql, &stop)
+            })
+            .collect();
+        SharedLockLoops { stop, loops, exclusive: None }
+    }
+
+    fn wait_exclusive(&mut self, c: &Cluster) {
+        self.exclusive = Some(c.app("exclusive").spawn("SELECT pg_advisory_lock(777)"));
+        c.wait_for_event("exclusive", "advisory");
+    }
+
+    /// Stop the loops and release the lock: `exclusive` gets it.
+    fn end(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in self.loops {
+            r.join_ok(Duration::from_secs(10)).session.ok("SELECT pg_advisory_unlock_all()");
+        }
+        if let Some(e) = self.exclusive {
+            e.join_ok(Duration::from_secs(5));
+        }
+    }
+}
+
 /// The breaker cannot be used to stay over the limit: sessions that hold a
 /// session-level lock someone waits for, and loop short statements, park
 /// between them holding the lock. While their queue moves they get in in
@@ -415,17 +454,9 @@ fn deadlock_breaker_admits_a_block_parked_holding_its_snapshot() {
 #[test]
 fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let loops: Vec<_> = (0..8)
-        .map(|k| {
-            let mut s = c.app(&format!("shared{k}"));
-            s.ok("SELECT pg_advisory_lock_shared(777)");
-            s.looping("SELECT count(*) FROM generate_series(1, 100000)", &stop)
-        })
-        .collect();
+    let mut lock = SharedLockLoops::start(&c, 8, "SELECT count(*) FROM generate_series(1, 100000)");
     let before = c.status().int("overflow_total");
-    let excl = c.app("exclusive").spawn("SELECT pg_advisory_lock(777)");
-    c.wait_for_event("exclusive", "advisory");
+    lock.wait_exclusive(&c);
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
         let s = c.status();
@@ -433,12 +464,7 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let overflow = c.status().int("overflow_total") - before;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut sessions: Vec<Session> = loops.into_iter().map(|r| r.join_ok(Duration::from_secs(10)).session).collect();
-    for s in &mut sessions {
-        s.ok("SELECT pg_advisory_unlock_all()");
-    }
-    excl.join_ok(Duration::from_secs(5));
+    lock.end();
     assert_eq!(overflow, 0, "admissions over the limit while the queue moved");
     c.assert_quiet();
 }
@@ -456,17 +482,9 @@ fn the_deadlock_breaker_backs_off_from_blockers_whose_admissions_end_nothing() {
     /// Two admissions each, and as many again for a loaded machine's pauses.
     const OVERFLOW_CEILING: i64 = 4 * LOOPERS;
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let loops: Vec<_> = (0..LOOPERS)
-        .map(|k| {
-            let mut s = c.app(&format!("shared{k}"));
-            s.ok("SELECT pg_advisory_lock_shared(778)");
-            s.looping("SELECT pg_sleep(0.25)", &stop)
-        })
-        .collect();
+    let mut lock = SharedLockLoops::start(&c, LOOPERS as usize, "SELECT pg_sleep(0.25)");
     let before = c.status().int("overflow_total");
-    let excl = c.app("exclusive").spawn("SELECT pg_advisory_lock(778)");
-    c.wait_for_event("exclusive", "advisory");
+    lock.wait_exclusive(&c);
     wait_until("a first admission over the limit", PROMPT, || c.status().int("overflow_total") > before);
     let t0 = Instant::now();
     let mut over = 0;
@@ -475,12 +493,7 @@ fn the_deadlock_breaker_backs_off_from_blockers_whose_admissions_end_nothing() {
         assert!(over <= OVERFLOW_CEILING, "{over} admissions over the limit within {:?}", t0.elapsed());
         std::thread::sleep(Duration::from_millis(20));
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut sessions: Vec<Session> = loops.into_iter().map(|r| r.join_ok(Duration::from_secs(10)).session).collect();
-    for s in &mut sessions {
-        s.ok("SELECT pg_advisory_unlock_all()");
-    }
-    excl.join_ok(Duration::from_secs(5));
+    lock.end();
     eprintln!("{over} admissions over the limit in 5 s");
     c.assert_quiet();
 }
