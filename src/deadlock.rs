@@ -131,6 +131,8 @@ impl Breaker {
             l.gate
                 .queue()
                 .map(|i| (i, still[l.gate.slot(i).class as usize % MAX_CLASSES]))
+                // Only a queue standing still can hold a blocker that
+                // matters; the rest is Repeats::may_admit's.
                 .filter(|&(_, still)| still > 0)
                 .map(|(i, still)| (l.gate.slot(i).pid, (i, still)))
                 .collect()
@@ -148,7 +150,7 @@ impl Breaker {
             .into_iter()
             .filter_map(|(b, w)| {
                 let &(slot, still) = queued.get(&b)?;
-                (still >= self.repeats.stop_needed_us(b)).then_some((slot, b, w))
+                self.repeats.may_admit(b, still).then_some((slot, b, w))
             })
             .collect();
         for (slot, pid, waiter) in to_admit {
@@ -164,7 +166,8 @@ impl Breaker {
                         "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
                     ),
                     n => pgrx::log!(
-                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times, each within 10 s of the one before)"
+                        "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times, each within {} s of the one before)",
+                        breaker::REPEAT_FORGET_US / 1_000_000
                     ),
                 }
             }

@@ -471,10 +471,10 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
 
 /// The same sessions looping statements longer than the breaker's check
 /// (0.25 s sleeps): their queue stands still between admissions, and the
-/// breaker admits the parked ones over the limit. Each repeat for a
-/// session that still blocks needs a standstill twice as long as the one
-/// before (200 ms, 400 ms, ...), so after its first admissions or two
-/// each gets in in its turn. Before, it was admitted over the limit
+/// breaker admits the parked ones over the limit. A session admitted over
+/// the limit again within 10 s of its previous such admission needs a
+/// standstill twice as long as the one before (200 ms, 400 ms, ...), so
+/// after its first admission or two each gets in in its turn. Before, it was admitted over the limit
 /// whenever it parked (`OVERFLOW_CEILING` fails that).
 #[test]
 fn the_deadlock_breaker_backs_off_from_blockers_whose_admissions_end_nothing() {

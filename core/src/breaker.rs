@@ -81,6 +81,14 @@ impl Repeats {
         }
     }
 
+    /// Whether `blocker`, parked in a class whose queue has admitted nobody
+    /// for `still` µs (0: it moved since the previous check), may be
+    /// admitted over the limit now: the queue must stand still, and for a
+    /// repeat at least [`Repeats::stop_needed_us`].
+    pub fn may_admit(&self, blocker: i32, still: i64) -> bool {
+        still > 0 && still >= self.stop_needed_us(blocker)
+    }
+
     /// `blocker` was admitted over the limit at `now`; returns how many
     /// times recently.
     pub fn admitted(&mut self, blocker: i32, now: i64) -> u32 {
@@ -175,6 +183,20 @@ mod tests {
         assert_eq!(r.stop_needed_us(1), 400_000, "the 5 s admission keeps the count");
         r.expire(15_000_000);
         assert_eq!(r.stop_needed_us(1), 0);
+    }
+
+    #[test]
+    fn a_blocker_is_admitted_only_from_a_queue_standing_still_long_enough() {
+        let mut r = Repeats::default();
+        assert!(!r.may_admit(7, 0), "a queue that moved is not stuck, even the first time");
+        assert!(r.may_admit(7, 1), "the first time, any standstill");
+        r.admitted(7, 0);
+        assert!(!r.may_admit(7, REPEAT_STOP_US - 1));
+        assert!(r.may_admit(7, REPEAT_STOP_US));
+        r.admitted(7, 1);
+        assert!(!r.may_admit(7, REPEAT_STOP_US), "the second repeat needs twice as long");
+        assert!(r.may_admit(7, 2 * REPEAT_STOP_US));
+        assert!(r.may_admit(8, 1), "another blocker has its own count");
     }
 
     #[test]
