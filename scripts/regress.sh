@@ -12,7 +12,7 @@ if [ "${1:-}" = --pg ]; then
 fi
 source scripts/pg_env.sh
 BIN=$PG_BINDIR
-PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility classes shapes upgrade old_versions upgrade_privileges exemption free_path before_admission)
+PRELOADED=(setup surface gucs bad_values privileges parking timeouts utility classes shapes upgrade old_versions upgrade_privileges exemption free_path before_admission encodings)
 NOT_PRELOADED=(not_preloaded)
 [ $# -gt 0 ] && PRELOADED=("$@") && NOT_PRELOADED=()
 

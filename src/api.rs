@@ -23,6 +23,7 @@ use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::server_text::ServerText;
 use crate::shmem::{self, LimitStatus};
 use crate::{gucs, session};
 
@@ -37,9 +38,9 @@ fn ms(us: u64) -> f64 {
 /// One client backend, joined with its slot.
 struct SessionInfo {
     pid: i32,
-    datname: Option<String>,
-    usename: Option<String>,
-    application_name: Option<String>,
+    datname: Option<ServerText>,
+    usename: Option<ServerText>,
+    application_name: Option<ServerText>,
     state: &'static str,
     /// The reader may see this session's activity (its own role's, or
     /// with `pg_read_all_stats`), as pg_stat_activity decides.
@@ -139,9 +140,9 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
             let visible = read_all || pg_sys::has_privs_of_role(reader, be.st_userid);
             let (datname, usename, application_name) = if visible {
                 (
-                    cstring(pg_sys::get_database_name(be.st_databaseid)),
-                    cstring(pg_sys::GetUserNameFromId(be.st_userid, true)),
-                    cstring(be.st_appname),
+                    ServerText::from_c(pg_sys::get_database_name(be.st_databaseid)),
+                    ServerText::from_c(pg_sys::GetUserNameFromId(be.st_userid, true)),
+                    ServerText::from_c(be.st_appname),
                 )
             } else {
                 (None, None, None)
@@ -161,11 +162,6 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
         }
     }
     out
-}
-
-/// SAFETY: `p` must be NULL or a NUL-terminated string.
-unsafe fn cstring(p: *const std::ffi::c_char) -> Option<String> {
-    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
 /// `gatekeeper.status()` from 0.4.0 on; 0.2.0's row, which 0.2.0 and 0.3.0
@@ -292,9 +288,9 @@ pub fn sessions_0_2() -> TableIterator<
     'static,
     (
         name!(pid, i32),
-        name!(datname, Option<String>),
-        name!(usename, Option<String>),
-        name!(application_name, Option<String>),
+        name!(datname, Option<ServerText>),
+        name!(usename, Option<ServerText>),
+        name!(application_name, Option<ServerText>),
         name!(class, Option<String>),
         name!(state, Option<&'static str>),
         name!(queue_position, Option<i32>),

@@ -40,6 +40,7 @@ mod park;
 mod peer;
 mod procs;
 mod route_store;
+mod server_text;
 mod session;
 mod shapes_api;
 mod shmem;

@@ -15,6 +15,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
+use crate::server_text::ServerText;
 use crate::{gucs, shmem};
 
 fn ts(us: i64) -> Option<TimestampWithTimeZone> {
@@ -86,7 +87,7 @@ fn shapes() -> TableIterator<
 /// keep them out of it), for `duration` or, when it is NULL, for good.
 /// Revoked from PUBLIC.
 #[pg_extern(name = "route_shape", parallel_unsafe)]
-fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Option<Interval>, "NULL")) {
+fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: default!(Option<Interval>, "NULL")) {
     let (Some(queryid), Some(class)) = (queryid, class) else {
         fail(
             PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
@@ -94,6 +95,11 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
             "Only the duration may be NULL: the route then holds for good.".into(),
             "Name the query id (from gatekeeper.shapes or pg_stat_statements) and a class of gatekeeper.classes.",
         );
+    };
+    // Class names are ASCII, so a name that is not names no class, in any
+    // server encoding; shown with its other bytes escaped.
+    let Some(class) = class.ascii() else {
+        undefined_class(&class.0.escape_ascii().to_string());
     };
     if queryid == 0 {
         fail(
@@ -137,12 +143,7 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
             crate::route_store::save();
             warn_without_query_ids();
         }
-        Err(None) => fail(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            format!("class \"{class}\" is not defined"),
-            "A shape can be routed only to a class that pg_gatekeeper.classes defines, or to default or long.".into(),
-            "Define the class in pg_gatekeeper.classes and reload, or see gatekeeper.classes.",
-        ),
+        Err(None) => undefined_class(class),
         Err(Some(RouteError::NoQueryId)) => unreachable!("query id 0 was refused above"),
         Err(Some(RouteError::NoRoom)) if gucs::max_shapes() == 0 => fail(
             PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
@@ -160,6 +161,15 @@ fn route_shape(queryid: Option<i64>, class: Option<&str>, duration: default!(Opt
             "End routes with gatekeeper.unroute_shape(), or raise pg_gatekeeper.max_shapes and restart the server.",
         ),
     }
+}
+
+fn undefined_class(class: &str) -> ! {
+    fail(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("class \"{class}\" is not defined"),
+        "A shape can be routed only to a class that pg_gatekeeper.classes defines, or to default or long.".into(),
+        "Define the class in pg_gatekeeper.classes and reload, or see gatekeeper.classes.",
+    )
 }
 
 /// A route holds, but with `compute_query_id = off` no statement carries
