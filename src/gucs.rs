@@ -553,8 +553,9 @@ unsafe extern "C-unwind" fn check_exempt_roles(
     _extra: *mut *mut std::ffi::c_void,
     _source: pg_sys::GucSource::Type,
 ) -> bool {
+    // Role names are any bytes of the server's encoding: checked as they are.
     // SAFETY: called as a string check hook.
-    let text = unsafe { proposed(newval) };
+    let text = unsafe { proposed_bytes(newval) };
     let Ok(c) = CString::new(text) else { return true };
     if split_identifiers(&c).is_some() {
         return true;
@@ -642,20 +643,32 @@ unsafe fn refuse(detail: &str, hint: &CStr) -> bool {
     false
 }
 
-/// The proposed value of a string setting, "" for NULL.
+/// The proposed value of a string setting, as its bytes; empty for NULL.
 ///
 /// # Safety
 /// `newval` must be the pointer a string check hook receives.
-unsafe fn proposed(newval: *mut *mut std::ffi::c_char) -> String {
+unsafe fn proposed_bytes(newval: *mut *mut std::ffi::c_char) -> Vec<u8> {
     // SAFETY: PostgreSQL passes a valid pointer to a NUL-terminated string or NULL.
     unsafe {
         let val = *newval;
         if val.is_null() {
-            String::new()
+            vec![]
         } else {
-            CStr::from_ptr(val).to_string_lossy().into_owned()
+            CStr::from_ptr(val).to_bytes().to_vec()
         }
     }
+}
+
+/// The proposed value of a string setting whose values are ASCII (class
+/// definitions and names, peer lists), as text to parse and to quote in the
+/// refusal: a byte outside ASCII in a database that is not UTF-8 is
+/// escaped (`\xNN`), which no such value accepts.
+///
+/// # Safety
+/// `newval` must be the pointer a string check hook receives.
+unsafe fn proposed(newval: *mut *mut std::ffi::c_char) -> String {
+    // SAFETY: the caller's promise.
+    crate::server_text::shown(&unsafe { proposed_bytes(newval) })
 }
 
 #[pg_guard]

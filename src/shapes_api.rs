@@ -96,11 +96,6 @@ fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: defaul
             "Name the query id (from gatekeeper.shapes or pg_stat_statements) and a class of gatekeeper.classes.",
         );
     };
-    // Class names are ASCII, so a name that is not names no class, in any
-    // server encoding; shown with its other bytes escaped.
-    let Some(class) = class.ascii() else {
-        undefined_class(&class.0.escape_ascii().to_string());
-    };
     if queryid == 0 {
         fail(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
@@ -128,6 +123,11 @@ fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: defaul
                 t => t,
             }
         }
+    };
+    // Class names are ASCII, so a name that is not names no class, in any
+    // server encoding.
+    let Some(class) = class.ascii() else {
+        undefined_class(&crate::server_text::shown(&class.0));
     };
     let now = crate::now_us();
     let name = ClassName::new(class);

@@ -474,8 +474,9 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
 /// breaker admits the parked ones over the limit. A session admitted over
 /// the limit again within 10 s of its previous such admission needs a
 /// standstill twice as long as the one before (200 ms, 400 ms, ...), so
-/// after its first admission or two each gets in in its turn. Before, it was admitted over the limit
-/// whenever it parked (`OVERFLOW_CEILING` fails that).
+/// after its first admission or two each gets in in its turn. Before, it
+/// was admitted over the limit whenever it parked (`OVERFLOW_CEILING` fails
+/// that).
 #[test]
 fn the_deadlock_breaker_backs_off_from_blockers_whose_admissions_end_nothing() {
     const LOOPERS: i64 = 6;

@@ -40,6 +40,7 @@ pub mod peers;
 pub mod progress;
 pub mod route_file;
 pub mod shapes;
+pub mod text;
 pub mod working;
 
 pub use admission::{Abandon, Full, Gate, GateHeader, Request, Slot, SlotState};
