@@ -16,7 +16,9 @@ use std::collections::HashMap;
 
 use gatekeeper_core::adaptive::Reason;
 use gatekeeper_core::classes::MAX_CLASSES;
+use gatekeeper_core::copy::try_collect;
 use gatekeeper_core::histogram::{Histogram, NBUCKETS};
+use gatekeeper_core::history::HistorySample;
 use gatekeeper_core::lending;
 use gatekeeper_core::{GateHeader, Slot, SlotState};
 use pgrx::datum::TimestampWithTimeZone;
@@ -64,16 +66,16 @@ struct Snapshot {
 
 fn snapshot() -> Snapshot {
     let now = crate::now_us();
-    shmem::with_gate_shared(|l| {
-        let slots = l.gate.slots().to_vec();
-        let mut positions = vec![None; slots.len()];
+    let snap = shmem::with_gate_shared(|l| {
+        let slots = try_collect(l.gate.slots().iter().copied())?;
+        let mut positions = try_collect(std::iter::repeat_n(None, slots.len()))?;
         for c in 0..MAX_CLASSES {
             for (pos, i) in l.gate.class_queue(c).enumerate() {
                 positions[i] = Some(pos as u32 + 1);
             }
         }
         let class_oldest = std::array::from_fn(|c| l.gate.class_oldest_wait_us(c, now));
-        Snapshot {
+        Ok(Snapshot {
             header: *l.gate.header(),
             status: *l.status,
             slots,
@@ -81,8 +83,9 @@ fn snapshot() -> Snapshot {
             oldest_wait_us: l.gate.oldest_wait_us(now),
             class_oldest,
             now,
-        }
-    })
+        })
+    });
+    snap.unwrap_or_else(|n| shmem::out_of_memory::<Slot>(n))
 }
 
 /// Every client backend with its gate state, hiding identifying columns of
@@ -449,7 +452,8 @@ pub fn history_0_3() -> TableIterator<
         name!(limit_reason, &'static str),
     ),
 > {
-    let samples: Vec<_> = shmem::with_gate_shared(|l| l.ring.iter(l.history).copied().collect());
+    let samples = shmem::with_gate_shared(|l| try_collect(l.ring.iter(l.history).copied()))
+        .unwrap_or_else(|n| shmem::out_of_memory::<HistorySample>(n));
     let finite = |v: f64| v.is_finite().then_some(v / 1000.0);
     TableIterator::new(samples.into_iter().map(move |s| {
         (

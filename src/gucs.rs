@@ -14,7 +14,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use gatekeeper_core::classes::{self, ClassDef};
-use gatekeeper_core::peers;
+use gatekeeper_core::{peers, text};
 
 use crate::backend_local::BackendLocal;
 
@@ -469,7 +469,7 @@ pub fn stall_timeout_us() -> i64 {
 /// The class definitions now in force. Allocates; for reloads only.
 /// The check hook has accepted the value, so it parses.
 pub fn classes() -> Vec<ClassDef> {
-    CLASSES.get().and_then(|s| classes::parse(&s.to_string_lossy()).ok()).unwrap_or_default()
+    CLASSES.get().and_then(|s| classes::parse(&setting_text(&s)).ok()).unwrap_or_default()
 }
 
 /// Run `f` with this session's class name (empty: none). `f` must not log
@@ -511,7 +511,7 @@ fn bump_exemption_generation() {
 /// The peers trusted with Citus's connections between nodes. Allocates; call it
 /// only when a session's trust must be decided again.
 pub fn citus_peers() -> peers::Peers {
-    CITUS_PEERS.get().and_then(|s| peers::parse(&s.to_string_lossy()).ok()).unwrap_or_default()
+    CITUS_PEERS.get().and_then(|s| peers::parse(&setting_text(&s)).ok()).unwrap_or_default()
 }
 
 /// A counter that changes whenever `citus_peers` changes.
@@ -661,14 +661,21 @@ unsafe fn proposed_bytes(newval: *mut *mut std::ffi::c_char) -> Vec<u8> {
 
 /// The proposed value of a string setting whose values are ASCII (class
 /// definitions and names, peer lists), as text to parse and to quote in the
-/// refusal: a byte outside ASCII in a database that is not UTF-8 is
-/// escaped (`\xNN`), which no such value accepts.
+/// refusal, read as [`setting_text`] reads the value in force.
 ///
 /// # Safety
 /// `newval` must be the pointer a string check hook receives.
 unsafe fn proposed(newval: *mut *mut std::ffi::c_char) -> String {
     // SAFETY: the caller's promise.
-    crate::server_text::shown(&unsafe { proposed_bytes(newval) })
+    text::utf8_or_escaped(&unsafe { proposed_bytes(newval) }).into_owned()
+}
+
+/// A string setting's value as text: its bytes where they are UTF-8, and
+/// otherwise escaped (`\xNN`, which no value of ours accepts), the same in
+/// every process whatever its database's encoding, so that the value a
+/// check accepted is the value every process uses.
+fn setting_text(value: &CStr) -> std::borrow::Cow<'_, str> {
+    text::utf8_or_escaped(value.to_bytes())
 }
 
 #[pg_guard]
@@ -717,6 +724,6 @@ unsafe extern "C-unwind" fn check_class(
 unsafe extern "C-unwind" fn assign_class(newval: *const std::ffi::c_char, _extra: *mut std::ffi::c_void) {
     // SAFETY: PostgreSQL passes the new, checked value (or NULL).
     let name =
-        if newval.is_null() { String::new() } else { unsafe { CStr::from_ptr(newval) }.to_string_lossy().into_owned() };
+        if newval.is_null() { String::new() } else { setting_text(unsafe { CStr::from_ptr(newval) }).into_owned() };
     CLASS_NAME.with(|c| *c.borrow_mut() = name);
 }

@@ -33,21 +33,6 @@ impl ServerText {
     }
 }
 
-/// `bytes` (text in the server's encoding) as a message may quote them: as
-/// they are in a UTF-8 database, where they are valid UTF-8 as Rust needs;
-/// elsewhere (and in the postmaster, which has no database) every byte that
-/// is not printable ASCII escaped as `\xNN`, since a message is sent in the
-/// server's encoding, which Rust's strings cannot hold.
-pub fn shown(bytes: &[u8]) -> String {
-    // SAFETY: reads the backend's encoding, set at start (SQL_ASCII in a
-    // process with no database).
-    let utf8 = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
-    match std::str::from_utf8(bytes) {
-        Ok(s) if utf8 => s.to_string(),
-        _ => gatekeeper_core::text::escape_non_ascii(bytes),
-    }
-}
-
 impl FromDatum for ServerText {
     unsafe fn from_polymorphic_datum(datum: pg_sys::Datum, is_null: bool, typoid: pg_sys::Oid) -> Option<Self> {
         // SAFETY: `text` is a varlena, as `bytea` is: pgrx's byte conversion

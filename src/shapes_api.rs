@@ -8,6 +8,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use gatekeeper_core::classes::ClassName;
+use gatekeeper_core::copy::try_collect;
 use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -55,7 +56,8 @@ fn shapes() -> TableIterator<
 > {
     let now = crate::now_us();
     let rows: Vec<Shape> =
-        shmem::with_gate_shared(|l| l.shapes.entries().iter().filter(|s| Shapes::in_use(s, now)).copied().collect());
+        shmem::with_gate_shared(|l| try_collect(l.shapes.entries().iter().filter(|s| Shapes::in_use(s, now)).copied()))
+            .unwrap_or_else(|n| shmem::out_of_memory::<Shape>(n));
     // SAFETY: GetUserId reads a backend-local variable; has_privs_of_role
     // reads the catalogs, outside the lock.
     let (me, all) = unsafe {
@@ -127,7 +129,7 @@ fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: defaul
     // Class names are ASCII, so a name that is not names no class, in any
     // server encoding.
     let Some(class) = class.ascii() else {
-        undefined_class(&crate::server_text::shown(&class.0));
+        undefined_class(&gatekeeper_core::text::utf8_or_escaped(&class.0));
     };
     let now = crate::now_us();
     let name = ClassName::new(class);

@@ -13,9 +13,12 @@
 //!   consistent picture (the views) take it in shared mode through
 //!   [`with_gate_shared`], copy what they need, and build tuples only after
 //!   releasing it. Nothing that can raise an ERROR or sleep runs under it.
-//!   (The copies are Rust vectors: an allocation failure there aborts the
-//!   process, as out-of-memory does anywhere in Rust code, and the
-//!   postmaster's crash restart then rebuilds the segment, lock included.)
+//!   (The views' copies are Rust vectors, grown by
+//!   `gatekeeper_core::copy::try_collect`, which stops where memory runs
+//!   short; [`out_of_memory`] then raises 53200 once the lock is released.
+//!   An allocation that fails elsewhere in Rust code aborts the process,
+//!   and the postmaster's crash restart then rebuilds the segment, lock
+//!   included.)
 //! - `Shared::routes_lock` (the tranche's second LWLock) serialises the
 //!   writers of the routes file ([`with_routes_file_lock`]); its holder may
 //!   take `lock`, never the other way round.
@@ -47,6 +50,7 @@ use gatekeeper_core::history::{HistorySample, Ring};
 use gatekeeper_core::shapes::{Shape, Shapes};
 use gatekeeper_core::{Gate, GateHeader, Slot};
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use crate::gucs;
@@ -455,6 +459,19 @@ impl Wakeups {
             wake(i);
         }
     }
+}
+
+/// Raise 53200 for a copy of the segment that found no memory for `n`
+/// values of `T` ([`gatekeeper_core::copy::try_collect`]): called after the
+/// lock is released, as palloc's own error would be raised.
+pub fn out_of_memory<T>(n: usize) -> ! {
+    ErrorReport::new(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "out of memory".to_string(), function_name!())
+        .set_detail(format!(
+            "Failed on a request of {} bytes for a copy of pg_gatekeeper's shared memory.",
+            n.saturating_mul(size_of::<T>())
+        ))
+        .report(PgLogLevel::ERROR);
+    unreachable!("ERROR returned")
 }
 
 /// Run `f` with the lock held in shared mode, for reading only.

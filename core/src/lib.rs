@@ -31,6 +31,7 @@ pub mod admission;
 pub mod breaker;
 pub mod classes;
 pub mod controller;
+pub mod copy;
 pub mod cpu_clock;
 pub mod cpus;
 pub mod histogram;
