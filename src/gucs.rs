@@ -380,7 +380,7 @@ pub fn init() {
         c"A shape is a role, a database and the query id of a transaction's first gated statement (a route by hand takes one too); the least recently seen are evicted.",
         &MAX_SHAPES,
         0,
-        1_000_000,
+        gatekeeper_core::route_file::MAX_ROUTES as i32,
         GucContext::Postmaster,
         GucFlags::default(),
     );

@@ -13,7 +13,7 @@
 //! holds the last change.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 
 use gatekeeper_core::route_file::{self, Route};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -78,12 +78,34 @@ pub fn save() {
     }
 }
 
+/// The file's text; `None` when it is larger than any routes file, which
+/// is not read further: the postmaster reads it, and an allocation that
+/// fails in Rust code aborts the process, which would keep the server
+/// from starting.
+fn read_bounded() -> std::io::Result<Option<String>> {
+    let mut bytes = Vec::new();
+    fs::File::open(FILE)?.take(route_file::MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > route_file::MAX_FILE_BYTES {
+        return Ok(None);
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "stream did not contain valid UTF-8"))
+}
+
 /// Read the file back into a freshly laid-out table. Called by the
 /// postmaster (or a single-user backend) from the shared-memory startup hook,
 /// where an ERROR would stop the server: every problem is a LOG line.
 pub fn restore() {
-    let text = match fs::read_to_string(FILE) {
-        Ok(t) => t,
+    let text = match read_bounded() {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            pgrx::log!(
+                "pg_gatekeeper: ignoring file \"{FILE}\": it is larger than any routes file ({} bytes); starting without routes, and the next route set or ended replaces it",
+                route_file::MAX_FILE_BYTES
+            );
+            return;
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {
             pgrx::log!(

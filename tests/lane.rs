@@ -525,6 +525,19 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     assert!(c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\""));
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "something else\n");
     assert_eq!(routes(), vec![]);
+
+    // Larger than any routes file (a sparse one, read as zeros): not read
+    // into the postmaster's memory, where an allocation that fails would
+    // keep the server from starting; it starts without routes.
+    let huge = gatekeeper_core::route_file::MAX_FILE_BYTES as u64 + 1;
+    std::fs::File::create(&file).unwrap().set_len(huge).unwrap();
+    restart();
+    assert!(
+        c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": it is larger than any routes file"),
+        "{}",
+        c.log_tail(5)
+    );
+    assert_eq!(routes(), vec![]);
     c.assert_quiet();
 }
 

@@ -21,6 +21,16 @@ use crate::shapes::{Shape, Shapes};
 /// The first line of every routes file this version writes and reads.
 pub const HEADER: &str = "pg_gatekeeper routes 1";
 
+/// The most bytes a line of [`encode`] takes: a database OID, a query id,
+/// a class name of at most 63 bytes and a time, with their separators.
+pub const MAX_LINE_BYTES: usize = 10 + 1 + 20 + 1 + classes::MAX_NAME + 1 + 19 + 1;
+/// The most routes a file holds: one per shape entry, and
+/// `pg_gatekeeper.max_shapes` is at most a million.
+pub const MAX_ROUTES: usize = 1_000_000;
+/// The largest file [`encode`] writes. A larger one is no routes file of
+/// ours, and is not read into memory.
+pub const MAX_FILE_BYTES: usize = HEADER.len() + 1 + MAX_ROUTES * MAX_LINE_BYTES;
+
 /// One route, as the file keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Route {
@@ -134,6 +144,19 @@ mod tests {
         assert_eq!((back, d.expired, d.bad_lines), (want, 1, 0));
         // Nothing in force: the header alone.
         assert_eq!(encode(&in_force(t.entries(), 10_000)), format!("{HEADER}\n{} {} long 0\n", 5, u64::MAX));
+    }
+
+    #[test]
+    fn the_longest_line_fits_the_bound() {
+        let r = Route {
+            db: u32::MAX,
+            query_id: u64::MAX,
+            class: ClassName::new(&"a".repeat(classes::MAX_NAME)),
+            until_us: i64::MAX,
+        };
+        let text = encode(&[r]);
+        assert_eq!(text.len(), HEADER.len() + 1 + MAX_LINE_BYTES);
+        assert_eq!(decode(&text, 0).unwrap().routes, vec![r]);
     }
 
     #[test]
