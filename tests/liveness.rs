@@ -406,10 +406,25 @@ fn a_stream_of_lane_transactions_does_not_hide_a_stuck_gate() {
 /// owes it the next free place, within the limit.
 #[test]
 fn a_class_waiting_on_its_own_queue_gets_in_while_another_keeps_the_gate_busy() {
+    a_class_waiting_on_its_own_queue_gets_in_beside("busy");
+}
+
+/// The same beside a busy class capped at one place: whenever the
+/// progress guarantee looks, that class is at its cap, so no other class
+/// could take a free place at that moment; but the place its holder frees
+/// puts it below its cap, and fair sharing gives that place back to it
+/// every time. W waited as long as the busy class had a backlog (a place
+/// was owed only while another class could take one at the very moment).
+#[test]
+fn a_class_waiting_on_its_own_queue_gets_in_beside_a_capped_class_with_a_backlog() {
+    a_class_waiting_on_its_own_queue_gets_in_beside("busy (max_active = 1)");
+}
+
+fn a_class_waiting_on_its_own_queue_gets_in_beside(busy_class: &str) {
     let c = Cluster::start(&[
         ("pg_gatekeeper.max_active", "2"),
         ("pg_gatekeeper.max_tickets", "2"),
-        ("pg_gatekeeper.classes", "busy"),
+        ("pg_gatekeeper.classes", busy_class),
     ]);
     c.admin_exec("CREATE ROLE busy LOGIN; ALTER ROLE busy SET pg_gatekeeper.class = 'busy'");
     let mut a = c.app("A");

@@ -862,15 +862,18 @@ impl<'a> Gate<'a> {
     /// place is owed, or while the session that took the last one holds
     /// it, so that a class whose holders idle on their clients (think time,
     /// which looks the same) gets at most one place beyond its share.
-    /// Nothing is owed when no other class has sessions a free place would
-    /// admit: the class's head gets the next one, unless another class's
-    /// session queues first (then the class is owed one a timeout later).
+    /// Nothing is owed when no other class has sessions queued: the class's
+    /// head gets the next free place, unless another class's session
+    /// queues first (then the class is owed one a timeout later). A class
+    /// queued at its cap counts: the place one of its own holders frees
+    /// puts it below its cap at once, and fair sharing may give it that
+    /// place every time, as long as it has a backlog.
     /// Returns whether a place is owed now that was not.
     pub fn owe(&mut self, k: usize, now_us: i64, wake: &mut dyn FnMut(usize)) -> bool {
         if k >= MAX_CLASSES || k == LONG || self.h.classes[k].queued == 0 || self.h.classes[k].owed > 0 {
             return false;
         }
-        if !self.eligible().any(|j| j != k) {
+        if !(0..MAX_CLASSES).any(|j| j != k && j != LONG && self.h.classes[j].queued > 0) {
             return false;
         }
         if self.holders().any(|(_, s)| s.class as usize == k && s.owed_place) {
@@ -1863,6 +1866,35 @@ mod tests {
         assert_eq!(g.header().classes[c[1]].owed, 0);
         assert!(!g.owe(c[1], 10, &mut |_| {}));
         g.check().unwrap();
+    }
+
+    #[test]
+    fn a_class_is_owed_a_place_that_a_capped_class_with_a_backlog_would_take_every_time() {
+        // Two places, no lending. Class 1 is capped at 1 and has a backlog;
+        // class 0's holder 0 waits on its client, which waits for 2, queued
+        // in class 0. Every place class 1's holder frees puts class 1 below
+        // its cap, and fair sharing gives it back to class 1 (it holds
+        // none, class 0 holds one): 2 would wait as long as the backlog
+        // lasts. At the moment the progress guarantee looks, class 1 is at
+        // its cap, so no other class could take a free place *now*; it
+        // must be owed all the same.
+        let mut f = Fixture::new(12, 2);
+        let c = define(&mut f, &[params(0, 0, 1), params(1, 0, 1)]);
+        let (a, busy) = (c[0], c[1]);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, a, 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, busy, 0, 0), Request::Admitted);
+        assert_eq!(g.request(2, a, 1, 0), Request::Queued { position: 1 });
+        for i in 3..8 {
+            assert!(matches!(g.request(i, busy, 1, 0), Request::Queued { .. }));
+        }
+        assert_eq!(f.release(1, 2), vec![3], "fair sharing: the capped class again");
+        assert_eq!(f.release(3, 3), vec![4], "and again");
+        assert!(!f.gate().header().waits_for_place(busy), "at its cap when the guarantee looks");
+        assert!(f.gate().owe(a, 4, &mut |_| panic!("no place is free")));
+        assert_eq!(f.release(4, 5), vec![2], "owed: class 0's head");
+        assert_eq!(f.release(2, 6), vec![5], "the capped class's next");
+        f.gate().check().unwrap();
     }
 
     #[test]
