@@ -22,7 +22,6 @@
 
 use std::collections::HashMap;
 
-use gatekeeper_core::admission::LONG;
 use gatekeeper_core::classes::MAX_CLASSES;
 use gatekeeper_core::progress::{self, ScopeSample, Verdict, Watch};
 use gatekeeper_core::GateHeader;
@@ -111,10 +110,13 @@ impl Liveness {
             // counts the class's idle places as its share, so a class whose
             // holders wait on its own queue (a client's second connection)
             // would wait as long as the others keep the gate busy.
+            // Admissions over the limit (this guarantee's batches, the
+            // deadlock breaker's) do not count as the scope moving: a
+            // stream of them would hide a queue that does not move.
             let (blocked, admitted) = if k == GATE {
-                (h.holds_back(), h.admitted_outside_lane())
+                (h.holds_back(), h.within_limits_outside_lane())
             } else {
-                (h.class_held(k), h.classes[k].counters.admitted)
+                (h.class_held(k), h.classes[k].counters.within_limits())
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
             let verdict = watch.observe(now, sample, timeout_us, h.limit);
@@ -183,11 +185,6 @@ impl Liveness {
         let admitted: Vec<(usize, i32)> = shmem::with_gate_waking(|mut l, wake| {
             (0..batch).map_while(|_| l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))).collect()
         });
-        self.watches[scope].admitted_by_batch(admitted.len() as u32);
-        // A class's admissions are the gate's too, but for the lane's.
-        if scope != GATE && scope != LONG {
-            self.watches[GATE].admitted_by_batch(admitted.len() as u32);
-        }
         // Every admitted session is woken before the first log line: a log
         // call serves interrupts, and a cancel there must not leave the rest
         // of the batch admitted and asleep.

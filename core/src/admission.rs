@@ -139,6 +139,15 @@ pub struct Counters {
     pub stalls: u64,
 }
 
+impl Counters {
+    /// Admissions within the limits: every one but those over the limit
+    /// (the deadlock breaker's and the progress guarantee's), which say
+    /// nothing about whether the queue moves on its own.
+    pub fn within_limits(&self) -> u64 {
+        self.admitted.saturating_sub(self.overflow)
+    }
+}
+
 /// One entry of the class table. Lives in shared memory; plain data.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -302,6 +311,13 @@ impl GateHeader {
     /// (the progress guarantee's gate-wide scope, docs/DESIGN.md §13).
     pub fn admitted_outside_lane(&self) -> u64 {
         self.counters.admitted.saturating_sub(self.classes[LONG].counters.admitted)
+    }
+
+    /// [`GateHeader::admitted_outside_lane`] within the limits
+    /// ([`Counters::within_limits`]): what the progress guarantee's
+    /// gate-wide scope watches.
+    pub fn within_limits_outside_lane(&self) -> u64 {
+        self.counters.within_limits().saturating_sub(self.classes[LONG].counters.within_limits())
     }
 }
 
@@ -1931,6 +1947,27 @@ mod tests {
         assert_eq!(f.gate().request(8, a, 15, 0), Request::Queued { position: 1 });
         assert!(f.gate().owe(b, 16, &mut |_| {}));
         f.gate().check().unwrap();
+    }
+
+    #[test]
+    fn admissions_over_the_limit_are_not_counted_within_the_limits() {
+        // What the progress guarantee watches: a stream of the breaker's
+        // admissions (or of its own batches) must not look like a queue
+        // that moves.
+        let mut f = Fixture::new(8, 1);
+        let c = define(&mut f, &[params(0, 0, 1)]);
+        let mut g = f.gate();
+        assert_eq!(g.request(0, c[0], 0, 0), Request::Admitted);
+        assert_eq!(g.request(1, c[0], 1, 0), Request::Queued { position: 1 });
+        assert_eq!(g.request(2, DEFAULT, 1, 0), Request::Queued { position: 1 });
+        let before = (g.header().within_limits_outside_lane(), g.header().classes[c[0]].counters.within_limits());
+        assert!(g.overflow_admit(1, 2, &mut |_| {}));
+        assert_eq!(g.progress_admit(Some(DEFAULT), 3, &mut |_| {}), Some(2));
+        let h = g.header();
+        assert_eq!(h.admitted_outside_lane(), 3, "every admission is counted there");
+        assert_eq!((h.within_limits_outside_lane(), h.classes[c[0]].counters.within_limits()), before);
+        assert_eq!(before, (1, 1));
+        g.check().unwrap();
     }
 
     #[test]

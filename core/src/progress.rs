@@ -57,7 +57,10 @@ pub struct ScopeSample {
     /// Sessions wait that this scope holds back (the gate is full, or the
     /// class is at its cap or held back by the gate).
     pub blocked: bool,
-    /// The scope's admissions so far (any counter that rises with each).
+    /// The scope's admissions within the limits so far (any counter that
+    /// rises with each): the batches of a stuck scope, and the deadlock
+    /// breaker's admissions, are over the limit and do not count, so that
+    /// neither ends a streak nor hides a stuck queue.
     pub admitted: u64,
     /// A counting holder of the scope works: shows an I/O or LWLock wait,
     /// or was found on a CPU by a probe.
@@ -80,8 +83,8 @@ impl Watch {
     /// Fold in a sample taken at `now_us`. Batches are at most `max_batch`
     /// (the limit; at least 1).
     pub fn observe(&mut self, now_us: i64, s: ScopeSample, timeout_us: i64, max_batch: u32) -> Verdict {
-        // The scope's own admissions count only if made by others: those of
-        // a batch do not end a streak. A counter that went back was reset
+        // Admissions within the limits move the scope; those over it (a
+        // batch's, the deadlock breaker's) are not counted. A counter that went back was reset
         // (`gatekeeper.reset()`): that counts as moving once, or admissions
         // would not count until they passed the old value.
         let moved = s.admitted != self.admitted;
@@ -105,12 +108,6 @@ impl Watch {
             return Verdict::Stuck { batch };
         }
         Verdict::Quiet { probe: quiet >= PROBE_AFTER_US.min(timeout_us / 2) }
-    }
-
-    /// Record admissions the glue made for a batch, so that they do not
-    /// count as the scope moving.
-    pub fn admitted_by_batch(&mut self, n: u32) {
-        self.admitted += n as u64;
     }
 }
 
@@ -271,14 +268,11 @@ mod tests {
     fn a_quiet_scope_is_stuck_once_per_timeout_with_doubling_batches() {
         let mut w = Watch::default();
         let mut stuck = vec![];
-        let mut admitted = 0;
         for step in 0..=100 {
             let now = step * 50_000;
-            if let Verdict::Stuck { batch } = w.observe(now, quiet(admitted), T, 4) {
+            // The batches' admissions are over the limit: not counted.
+            if let Verdict::Stuck { batch } = w.observe(now, quiet(0), T, 4) {
                 stuck.push((now, batch));
-                // The batch's admissions count, and are recorded as its own.
-                admitted += batch as u64;
-                w.admitted_by_batch(batch);
             }
         }
         assert_eq!(stuck, vec![(1_000_000, 1), (2_000_000, 2), (3_000_000, 4), (4_000_000, 4), (5_000_000, 4)]);
@@ -289,12 +283,10 @@ mod tests {
         let mut w = Watch::default();
         assert_eq!(w.observe(0, quiet(0), T, 8), Verdict::Quiet { probe: false });
         assert_eq!(w.observe(1_000_000, quiet(0), T, 8), Verdict::Stuck { batch: 1 });
-        w.admitted_by_batch(1);
-        assert_eq!(w.observe(2_000_000, quiet(1), T, 8), Verdict::Stuck { batch: 2 });
-        w.admitted_by_batch(2);
+        assert_eq!(w.observe(2_000_000, quiet(0), T, 8), Verdict::Stuck { batch: 2 });
         // Somebody else got in: moving, and the next batch starts at 1.
-        assert_eq!(w.observe(2_050_000, quiet(4), T, 8), Verdict::Moving);
-        assert_eq!(w.observe(3_050_000, quiet(4), T, 8), Verdict::Stuck { batch: 1 });
+        assert_eq!(w.observe(2_050_000, quiet(1), T, 8), Verdict::Moving);
+        assert_eq!(w.observe(3_050_000, quiet(1), T, 8), Verdict::Stuck { batch: 1 });
     }
 
     #[test]
