@@ -121,7 +121,9 @@ pub struct Counters {
     pub admitted: u64,
     /// Admissions that had to wait in the queue first.
     pub waited: u64,
-    /// Admissions over the limit by the deadlock breaker.
+    /// Admissions over the limit (`Gate::overflow_admit`): the deadlock
+    /// breaker's, the progress guarantee's batches, and the self-admissions
+    /// of parked sessions while the worker is away.
     pub overflow: u64,
     /// Waits ended by `queue_timeout`.
     pub timeouts: u64,
