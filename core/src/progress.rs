@@ -84,9 +84,10 @@ impl Watch {
     /// (the limit; at least 1).
     pub fn observe(&mut self, now_us: i64, s: ScopeSample, timeout_us: i64, max_batch: u32) -> Verdict {
         // Admissions within the limits move the scope; those over it (a
-        // batch's, the deadlock breaker's) are not counted. A counter that went back was reset
-        // (`gatekeeper.reset()`): that counts as moving once, or admissions
-        // would not count until they passed the old value.
+        // batch's, the deadlock breaker's) are not counted. A counter that
+        // went back was reset (`gatekeeper.reset()`): that counts as moving
+        // once, or admissions would not count until they passed the old
+        // value.
         let moved = s.admitted != self.admitted;
         self.admitted = s.admitted;
         if !s.blocked || moved || s.working {
