@@ -307,17 +307,11 @@ impl GateHeader {
     pub fn holds_back(&self) -> bool {
         self.counted() >= self.tickets && (0..MAX_CLASSES).any(|k| self.waits_for_place(k))
     }
-    /// Admissions since the last reset outside the long lane: what moves the
-    /// gate's own queue. The lane's holders take no place from it, so a
-    /// stream of lane admissions says nothing about a session waiting there
-    /// (the progress guarantee's gate-wide scope, docs/DESIGN.md §13).
-    pub fn admitted_outside_lane(&self) -> u64 {
-        self.counters.admitted.saturating_sub(self.classes[LONG].counters.admitted)
-    }
-
-    /// [`GateHeader::admitted_outside_lane`] within the limits
-    /// ([`Counters::within_limits`]): what the progress guarantee's
-    /// gate-wide scope watches.
+    /// Admissions since the last reset outside the long lane, within the
+    /// limits ([`Counters::within_limits`]): what moves the gate's own
+    /// queue (the progress guarantee's gate-wide scope, docs/DESIGN.md
+    /// §13). The lane's holders take no place from it, so a stream of lane
+    /// admissions says nothing about a session waiting there.
     pub fn within_limits_outside_lane(&self) -> u64 {
         self.counters.within_limits().saturating_sub(self.classes[LONG].counters.within_limits())
     }
@@ -1966,7 +1960,7 @@ mod tests {
         assert!(g.overflow_admit(1, 2, &mut |_| {}));
         assert_eq!(g.progress_admit(Some(DEFAULT), 3, &mut |_| {}), Some(2));
         let h = g.header();
-        assert_eq!(h.admitted_outside_lane(), 3, "every admission is counted there");
+        assert_eq!(h.counters.admitted, 3, "every admission is counted there");
         assert_eq!((h.within_limits_outside_lane(), h.classes[c[0]].counters.within_limits()), before);
         assert_eq!(before, (1, 1));
         g.check().unwrap();
@@ -2055,7 +2049,7 @@ mod tests {
     fn idle_class_scope(h: &GateHeader, k: usize) -> crate::progress::ScopeSample {
         crate::progress::ScopeSample {
             blocked: h.class_held(k),
-            admitted: h.classes[k].counters.admitted,
+            admitted: h.classes[k].counters.within_limits(),
             working: false,
             unverified: false,
         }
@@ -2291,8 +2285,8 @@ mod tests {
 
     /// A stream of admissions into the long lane does not move the gate's
     /// own queue: the progress guarantee, judging the gate-wide scope on
-    /// `admitted_outside_lane`, still finds it stuck behind a holder that
-    /// does nothing.
+    /// `within_limits_outside_lane`, still finds it stuck behind a holder
+    /// that does nothing.
     #[test]
     fn lane_admissions_do_not_hide_a_stuck_gate() {
         use crate::progress::{ScopeSample, Verdict, Watch};
@@ -2314,7 +2308,7 @@ mod tests {
             }
             let h = *g.header();
             let sample =
-                ScopeSample { blocked: h.holds_back(), admitted: h.admitted_outside_lane(), ..Default::default() };
+                ScopeSample { blocked: h.holds_back(), admitted: h.within_limits_outside_lane(), ..Default::default() };
             if let Verdict::Stuck { .. } = watch.observe(now, sample, 1_000_000, h.limit) {
                 stuck_at.get_or_insert(now);
             }
