@@ -461,13 +461,13 @@ impl Wakeups {
     }
 }
 
-/// Raise 53200 for a copy of the segment that found no memory for `n`
-/// values of `T` ([`gatekeeper_core::copy::try_collect`]): called after the
-/// lock is released, as palloc's own error would be raised.
+/// Raise 53200 for a copy of the segment that found no memory for at least
+/// `n` values of `T` ([`gatekeeper_core::copy::try_collect`]): called after
+/// the lock is released, as palloc's own error would be raised.
 pub fn out_of_memory<T>(n: usize) -> ! {
     ErrorReport::new(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, "out of memory".to_string(), function_name!())
         .set_detail(format!(
-            "Failed on a request of {} bytes for a copy of pg_gatekeeper's shared memory.",
+            "Failed on a request of at least {} bytes for a copy of pg_gatekeeper's shared memory.",
             n.saturating_mul(size_of::<T>())
         ))
         .report(PgLogLevel::ERROR);

@@ -1,15 +1,16 @@
 //! Copies out of shared memory that fail softly where memory runs short.
 
 /// Collect `items` as `collect` would, but return `Err(n)` (the number of
-/// items it had room for) where an allocation fails, rather than aborting
-/// the process: the caller holds a lock and raises the error after
-/// releasing it.
+/// items it asked room for, at least) where an allocation fails, rather
+/// than aborting the process: the caller holds a lock and raises the error
+/// after releasing it.
 pub fn try_collect<T>(items: impl Iterator<Item = T>) -> Result<Vec<T>, usize> {
     let mut out = Vec::new();
-    out.try_reserve(items.size_hint().0).map_err(|_| 0usize)?;
+    let hint = items.size_hint().0;
+    out.try_reserve(hint).map_err(|_| hint)?;
     for item in items {
         if out.len() == out.capacity() {
-            out.try_reserve(1).map_err(|_| out.len())?;
+            out.try_reserve(1).map_err(|_| out.len() + 1)?;
         }
         out.push(item);
     }
@@ -41,6 +42,6 @@ mod tests {
 
     #[test]
     fn an_allocation_that_cannot_be_met_is_an_error_not_an_abort() {
-        assert_eq!(try_collect(Endless), Err(0));
+        assert_eq!(try_collect(Endless), Err(usize::MAX / 4));
     }
 }
