@@ -125,14 +125,15 @@ impl Liveness {
                 stuck.push((k, batch));
             }
         }
-        // A class held back by the gate is owed places only while the gate
-        // moves for others: when the gate is stuck too, its batch is what
-        // moves the queue (with one class, the two are the same).
-        let gate_stuck = stuck.iter().any(|&(k, _)| k == GATE);
+        // A class held back by the gate is owed a place. When the gate is
+        // stuck in the same sample, its batch is what moves the queue, and
+        // it goes by fair share, which may pass the class over as long as
+        // another class has a backlog: owed first (the gate comes last in
+        // `stuck`), the class gets the batch's first admission.
         for (k, batch) in stuck {
             if k == GATE || h.held_at_cap(k) {
                 self.admit_batch(k, batch, now, timeout_us);
-            } else if !gate_stuck {
+            } else {
                 owe(k, now, timeout_us);
             }
         }

@@ -452,3 +452,55 @@ fn a_class_waiting_on_its_own_queue_gets_in_beside(busy_class: &str) {
     a.ok("COMMIT");
     c.assert_quiet();
 }
+
+/// A client's second connection W, queued in its class while its first
+/// connection A holds a place with a table lock, idle in its transaction;
+/// a heavy class holds the other place waiting on A's lock and queues more
+/// sessions that would wait on it too. W parks first, so the gate's scope
+/// and W's class's go quiet at the same sample and are found stuck
+/// together, every progress timeout. The gate's batch went by fair share,
+/// to the heavy class each time (a weight of 1000 against 1), and W's
+/// class, stuck in the same sample, was not owed a place: W waited until
+/// the heavy backlog had gone in, two sessions a timeout. A class stuck
+/// with the gate is owed its place before the gate's batch, which serves
+/// it first.
+#[test]
+fn a_class_stuck_together_with_the_gate_gets_the_gates_batch_first() {
+    let c = Cluster::start(&[
+        ("pg_gatekeeper.max_active", "2"),
+        ("pg_gatekeeper.max_tickets", "2"),
+        ("pg_gatekeeper.classes", "heavy (weight = 1000)"),
+    ]);
+    create_t(&c);
+    c.admin_exec(
+        "CREATE ROLE heavy LOGIN; ALTER ROLE heavy SET pg_gatekeeper.class = 'heavy';
+         GRANT SELECT ON t TO heavy",
+    );
+    let mut a = c.app("A");
+    a.ok("BEGIN");
+    a.ok("LOCK TABLE t");
+    // Admitted at its first statement, then waits on A's lock.
+    let reader = "BEGIN; SELECT 1; SELECT count(*) FROM t; COMMIT";
+    let h0 = c.session_as("heavy", "H0").spawn(reader);
+    wait_until("H0 waits on A's lock", Duration::from_secs(20), || {
+        c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'H0' AND wait_event_type = 'Lock'")
+            == 1
+    });
+    let t0 = Instant::now();
+    let w = c.app("W").spawn("SELECT 2");
+    c.wait_queued("W");
+    let backlog: Vec<Running> = (1..=24).map(|k| c.session_as("heavy", &format!("H{k}")).spawn(reader)).collect();
+    c.wait_status("the heavy backlog queues", |s| s.queued() >= 20);
+    w.join_ok(STUCK_BOUND);
+    // A timeout or two, and the backlog's connections. Two heavy sessions
+    // a timeout took 12 s and more.
+    assert!(t0.elapsed() < Duration::from_secs(8), "W took {:?}", t0.elapsed());
+    wait_until("the place owed is logged", Duration::from_secs(5), || {
+        c.log_text().contains("pg_gatekeeper: class default is owed a place")
+    });
+    a.ok("COMMIT");
+    for r in std::iter::once(h0).chain(backlog) {
+        r.join_ok(Duration::from_secs(60));
+    }
+    c.assert_quiet();
+}
