@@ -226,6 +226,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
     let mut head_watch = progress::HeadWatch::default();
     loop {
         let now = crate::now_us();
+        let mono = crate::mono_us();
         // Before the admission check: polling the client may reset the latch.
         if sleeper.client_gone(now) {
             client_lost(&mut guard);
@@ -234,7 +235,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         // check does, expecting interrupts to be served next: a cancel that
         // set it must not wait for the next wake-up.
         pg_sys::check_for_interrupts!();
-        let (admitted, limit, queued, class_admitted, head, sampled_at_us, worker_bound) =
+        let (admitted, limit, queued, class_admitted, head, sampled_mono_us, worker_bound) =
             shmem::with_gate_shared(|l| {
                 let h = l.gate.header();
                 let k = l.gate.slot(slot).class as usize;
@@ -247,7 +248,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
                     h.queued,
                     class_admitted,
                     head,
-                    st.sampled_at_us,
+                    st.sampled_mono_us,
                     st.workerless_bound_us,
                 )
             });
@@ -278,20 +279,20 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         // parked before a reload that raised them has the old ones.
         let bound =
             progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us()).max(worker_bound);
-        match head_watch.look(now, class_admitted, sampled_at_us, head, bound) {
+        match head_watch.look(mono, class_admitted, sampled_mono_us, head, bound) {
             progress::Look::Admit => {
-                if admit_without_worker(slot, now, sampled_at_us, class_admitted) {
+                if admit_without_worker(slot, now, sampled_mono_us, class_admitted) {
                     // Recorded as this session's before the log line, which
                     // serves interrupts: a cancel there unwinds no Rust
                     // frame, and the transaction's end must release it.
                     guard.armed = false;
                     session::set_admitted(true);
-                    log_admitted_without_worker(now, sampled_at_us);
+                    log_admitted_without_worker(mono, sampled_mono_us);
                     return;
                 }
                 continue;
             }
-            progress::Look::Again { at_us } => sleep_ms = sleep_ms.min((at_us - now) / 1000 + 1),
+            progress::Look::Again { at_us } => sleep_ms = sleep_ms.min((at_us - mono) / 1000 + 1),
         }
         if timeout_ms > 0 {
             sleep_ms = sleep_ms.min(timeout_ms as i64 - waited_ms as i64);
@@ -304,16 +305,16 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
 }
 
 /// The head of a class's queue admits itself over the limit: the worker has
-/// not sampled since `sampled_at_us` and the class admitted nobody since
+/// not sampled since `sampled_mono_us` and the class admitted nobody since
 /// its count was `class_admitted` (`progress::HeadWatch`). Checked again
 /// under the lock: a sample taken meanwhile, an admission in the class, or
 /// a session gone ahead makes it wait on. The next head is woken, so that
 /// its own watch starts now. Returns whether it was admitted.
-fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64, class_admitted: u64) -> bool {
+fn admit_without_worker(slot: usize, now: i64, sampled_mono_us: i64, class_admitted: u64) -> bool {
     shmem::with_gate_waking(|mut l, wake| {
         let k = l.gate.slot(slot).class as usize;
         let unchanged = l.gate.header().classes.get(k).is_some_and(|c| c.counters.admitted == class_admitted);
-        if l.status.sampled_at_us != sampled_at_us || !unchanged || l.gate.class_head(k) != Some(slot) {
+        if l.status.sampled_mono_us != sampled_mono_us || !unchanged || l.gate.class_head(k) != Some(slot) {
             return false;
         }
         let done = l.gate.progress_admit(Some(k), now, wake) == Some(slot);
@@ -324,11 +325,11 @@ fn admit_without_worker(slot: usize, now: i64, sampled_at_us: i64, class_admitte
     })
 }
 
-fn log_admitted_without_worker(now: i64, sampled_at_us: i64) {
-    let since = if sampled_at_us == 0 {
+fn log_admitted_without_worker(mono: i64, sampled_mono_us: i64) {
+    let since = if sampled_mono_us == 0 {
         "has not sampled since the server started".to_string()
     } else {
-        format!("has not sampled for {} ms", (now - sampled_at_us).max(0) / 1000)
+        format!("has not sampled for {} ms", (mono - sampled_mono_us).max(0) / 1000)
     };
     pgrx::log!(
         "pg_gatekeeper: admitted process {} over the limit: the worker {since} and its class's queue stood still meanwhile (is the worker running? max_worker_processes)",

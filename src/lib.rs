@@ -65,6 +65,8 @@ pub extern "C-unwind" fn _PG_init() {
         errors::not_preloaded();
     }
     forget_rust_backtrace();
+    // Set here, in the postmaster, so that every process it forks shares it.
+    CLOCK_ORIGIN.get_or_init(std::time::Instant::now);
     // Query ids name the shapes the gate learns (docs/DESIGN.md §15): have
     // PostgreSQL compute them, as pg_stat_statements does, unless
     // compute_query_id is off.
@@ -86,6 +88,18 @@ pub extern "C-unwind" fn _PG_init() {
 pub fn now_us() -> i64 {
     // SAFETY: GetCurrentTimestamp only reads the clock.
     unsafe { unguarded::GetCurrentTimestamp() }
+}
+
+/// The origin of [`mono_us`], set by the postmaster in `_PG_init` and
+/// inherited by every process it forks.
+static CLOCK_ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Microseconds since the postmaster loaded the library, on the system's
+/// monotonic clock: the same in every process of the server, and never
+/// stepped by NTP or an administrator, unlike [`now_us`]. For times that
+/// one process writes to shared memory and another compares with its own.
+pub fn mono_us() -> i64 {
+    CLOCK_ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as i64
 }
 
 /// When this backend's current statement started (PostgreSQL's statement

@@ -86,8 +86,9 @@ pub struct LimitStatus {
     pub running: u32,
     /// Smoothed running count while a queue exists; NaN when none.
     pub running_avg: f64,
-    /// When the worker last sampled, microseconds (0 = never).
-    pub sampled_at_us: i64,
+    /// When the worker last sampled, on the monotonic clock every process
+    /// shares (`crate::mono_us`; 0 = never).
+    pub sampled_mono_us: i64,
     /// The bound after which a parked head takes the worker for away
     /// (`progress::workerless_bound`) by the worker's settings, set at each
     /// sample: a session parked before a reload still has the old ones.

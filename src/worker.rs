@@ -395,7 +395,7 @@ fn sample_and_steer(
         // concerned: their places are given to others.
         let running = busy.min(h.holders).saturating_sub(h.relieved());
         l.status.running = running;
-        l.status.sampled_at_us = now;
+        l.status.sampled_mono_us = crate::mono_us();
         l.status.workerless_bound_us =
             gatekeeper_core::progress::workerless_bound(gucs::progress_timeout_us(), gucs::sample_interval_us());
         l.status.cpu_idle = cpu_shown;

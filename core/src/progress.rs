@@ -211,15 +211,18 @@ impl HeadWatch {
     /// One look at `now`: `admitted`, the session's class's admissions so
     /// far; `sampled_at_us`, when the worker last sampled (0: never);
     /// `head`, whether the session is its class's queue's head.
-    /// `bound`: [`workerless_bound`].
+    /// `bound`: [`workerless_bound`]. `now` and `sampled_at_us` are read
+    /// from a clock that never steps, the same in every process: a step of
+    /// the wall clock neither hides a worker that is away (a stamp that
+    /// seemed to lie ahead, for as long as the step) nor shows one that is
+    /// there as away (a stamp that seemed to lie a step behind).
     pub fn look(&mut self, now: i64, admitted: u64, sampled_at_us: i64, head: bool, bound: i64) -> Look {
-        // A clock stepped back restarts the watch rather than stretch it.
-        if self.seen != Some(admitted) || now < self.since_us {
+        if self.seen != Some(admitted) {
             self.seen = Some(admitted);
             self.since_us = now;
         }
-        // A sample "later" than now: the clock stepped back, the worker is there.
-        let away = now >= sampled_at_us && now - sampled_at_us >= bound;
+        // Never sampled: not there since the server started.
+        let away = sampled_at_us == 0 || now.saturating_sub(sampled_at_us) >= bound;
         let still = now - self.since_us >= bound;
         if head && away && still {
             self.since_us = now;
@@ -231,8 +234,7 @@ impl HeadWatch {
         if !head && away {
             return Look::Again { at_us: now + BEHIND_LOOK_US.min(bound) };
         }
-        let sampled_at_us = if now < sampled_at_us { now } else { sampled_at_us };
-        Look::Again { at_us: (self.since_us + bound).max(sampled_at_us + bound) }
+        Look::Again { at_us: (self.since_us + bound).max(sampled_at_us.min(now) + bound) }
     }
 }
 
@@ -454,12 +456,25 @@ mod tests {
     }
 
     #[test]
-    fn a_clock_stepped_back_admits_nobody_early() {
+    fn a_worker_that_never_sampled_is_away_from_the_start() {
+        // The monotonic clock starts when the server does: a second into
+        // it, a sample taken "at 0" would be a second old, but 0 means none.
+        let mut behind = HeadWatch::default();
+        assert_eq!(behind.look(S, 7, 0, false, B), Look::Again { at_us: 2 * S });
+        let mut head = HeadWatch::default();
+        assert_eq!(head.look(S, 7, 0, true, B), Look::Again { at_us: 11 * S });
+        assert_eq!(head.look(11 * S, 7, 0, true, B), Look::Admit);
+    }
+
+    #[test]
+    fn a_stamp_from_a_clock_that_seems_ahead_still_reads_as_a_sample() {
+        // The clocks never step; a stamp past `now` can only be a sample
+        // taken between the reads: the worker is there.
         let mut w = HeadWatch::default();
-        assert!(matches!(w.look(100 * S, 7, 0, true, B), Look::Again { .. }));
-        // Back 50 s: the watch starts again from the new now.
-        assert_eq!(w.look(50 * S, 7, 0, true, B), Look::Again { at_us: 60 * S });
-        // A worker's sample now seems to lie ahead: the worker is there.
-        assert!(matches!(w.look(60 * S, 7, 80 * S, true, B), Look::Again { .. }));
+        assert_eq!(w.look(50 * S, 7, 50 * S + 10, true, B), Look::Again { at_us: 60 * S });
+        assert_eq!(w.look(60 * S, 7, 60 * S + 10, true, B), Look::Again { at_us: 70 * S });
+        // It stops sampling: a bound after its last sample, not later.
+        assert_eq!(w.look(70 * S, 7, 60 * S + 10, true, B), Look::Again { at_us: 70 * S + 10 });
+        assert_eq!(w.look(70 * S + 10, 7, 60 * S + 10, true, B), Look::Admit);
     }
 }
