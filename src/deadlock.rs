@@ -80,32 +80,21 @@ fn blocking_pids(pid: i32) -> Vec<i32> {
 }
 
 /// Backends seen waiting on a lock at the previous check, each class's
-/// admissions, and how often each blocker was admitted recently.
+/// admissions, and how often each blocker was admitted recently. The
+/// standstills and repeats are timed on `crate::mono_us`, which never
+/// steps back: the wall clock's steps must not turn the breaker off, or on.
+#[derive(Default)]
 pub struct Breaker {
     seen: HashSet<i32>,
     motion: Motion<MAX_CLASSES>,
     repeats: Repeats,
-    /// The origin of the standstills' clock, which never steps back (the
-    /// wall clock's steps must not turn the breaker off, or on).
-    clock: std::time::Instant,
-}
-
-impl Default for Breaker {
-    fn default() -> Self {
-        Breaker {
-            seen: HashSet::new(),
-            motion: Motion::default(),
-            repeats: Repeats::default(),
-            clock: std::time::Instant::now(),
-        }
-    }
 }
 
 impl Breaker {
     /// Look for lock waiters blocked by parked sessions and admit those
     /// sessions. Returns whether there was anything to examine.
     pub fn run(&mut self, now: i64) -> bool {
-        let mono = self.clock.elapsed().as_micros() as i64;
+        let mono = crate::mono_us();
         self.repeats.expire(mono);
         let waiting = procs::lock_waiters();
         let persistent =
@@ -125,7 +114,7 @@ impl Breaker {
 
     /// `still`: how long each class's queue has stood still (0: it moved
     /// since the previous check); `now` is the wall clock, `mono` the
-    /// standstills' clock.
+    /// monotonic clock (`crate::mono_us`).
     fn break_deadlocks(&mut self, waiters: Vec<i32>, still: &[i64; MAX_CLASSES], now: i64, mono: i64) {
         let queued: HashMap<i32, (usize, i64)> = shmem::with_gate_shared(|l| {
             l.gate
