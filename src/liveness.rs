@@ -98,9 +98,15 @@ impl Liveness {
 
     /// Finish a sample: probe, judge each scope, and admit the head of any
     /// stuck one over the limit. `h` is the header as the scan saw it.
-    pub fn finish(&mut self, mut scan: Scan, h: &GateHeader, now: i64, timeout_us: i64) {
+    /// `now` is the gate's wall clock, for what the batches change in it;
+    /// `mono` the monotonic clock (`crate::mono_us`), which times the quiet
+    /// spells and the probes' windows: a step of the wall clock must neither
+    /// end a quiet spell early (a batch over the limit before a whole
+    /// timeout of quiet) nor stretch a probe's window (a holder that
+    /// computes taken for idle).
+    pub fn finish(&mut self, mut scan: Scan, h: &GateHeader, now: i64, mono: i64, timeout_us: i64) {
         let mut unverified = scan.unprobed;
-        self.probe(&mut scan, &mut unverified, now);
+        self.probe(&mut scan, &mut unverified, mono);
         let mut stuck = vec![];
         for (k, (watch, probing)) in self.watches.iter_mut().zip(self.probing.iter_mut()).enumerate() {
             // The gate holds back sessions of classes below their cap; a
@@ -119,7 +125,7 @@ impl Liveness {
                 (h.class_held(k), h.classes[k].counters.within_limits())
             };
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
-            let verdict = watch.observe(now, sample, timeout_us, h.limit);
+            let verdict = watch.observe(mono, sample, timeout_us, h.limit);
             *probing = matches!(verdict, Verdict::Quiet { probe: true });
             if let Verdict::Stuck { batch } = verdict {
                 stuck.push((k, batch));
@@ -144,7 +150,7 @@ impl Liveness {
     /// and used some), works (`progress::probe_works`); one whose last
     /// reading is too recent to tell keeps its last answer, or is
     /// unverified.
-    fn probe(&mut self, scan: &mut Scan, unverified: &mut [bool; SCOPES], now: i64) {
+    fn probe(&mut self, scan: &mut Scan, unverified: &mut [bool; SCOPES], mono: i64) {
         // A reading is kept while its process holds an admission, whatever
         // it shows now: a holder that shows a wait event at some samples
         // and none at others would otherwise start afresh at each, and
@@ -154,15 +160,15 @@ impl Liveness {
         for &(pid, class, counts) in &scan.to_probe {
             let Some((state, ticks)) = read_stat(pid) else { continue };
             let works = match self.probes.get_mut(&pid) {
-                Some(p) if now - p.at_us >= PROBE_WINDOW_US || now < p.at_us => {
-                    p.works = Some(progress::probe_works(state, ticks, p.ticks, now - p.at_us));
+                Some(p) if mono - p.at_us >= PROBE_WINDOW_US || mono < p.at_us => {
+                    p.works = Some(progress::probe_works(state, ticks, p.ticks, mono - p.at_us));
                     p.ticks = ticks;
-                    p.at_us = now;
+                    p.at_us = mono;
                     p.works
                 }
                 Some(p) => p.works.or(progress::probe_works_now(state)),
                 None => {
-                    self.probes.insert(pid, Probe { ticks, at_us: now, works: None });
+                    self.probes.insert(pid, Probe { ticks, at_us: mono, works: None });
                     progress::probe_works_now(state)
                 }
             };

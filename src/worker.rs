@@ -534,7 +534,7 @@ fn sample_and_steer(
     }
     // Every sample, so that a scope whose queue empties without admissions
     // (timeouts, cancels) starts a new queue's quiet time afresh.
-    live.finish(scan, &h, now, gucs::progress_timeout_us());
+    live.finish(scan, &h, now, crate::mono_us(), gucs::progress_timeout_us());
     (h.queued, h.stalled)
 }
 
