@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use gatekeeper_core::classes::ClassName;
 use gatekeeper_core::copy::try_collect;
 use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
+use pgrx::bgworkers::BackgroundWorker;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -259,6 +260,67 @@ pub fn after_utility(ran: bool) {
         crate::route_store::save();
         // SAFETY: as above, the matching decrement.
         unsafe { pg_sys::InterruptHoldoffCount -= 1 };
+    }
+}
+
+/// The OIDs of the databases in `pg_database`, sorted; `None` where memory
+/// ran short. The worker's: it is connected to no database, and reads the
+/// shared catalog as autovacuum's launcher does, by a scan in a transaction
+/// of its own.
+fn database_oids() -> Option<Vec<u32>> {
+    BackgroundWorker::transaction(|| {
+        let mut oids = Some(Vec::new());
+        // SAFETY: in a transaction with a snapshot (`transaction` pushes
+        // one); pg_database is a shared heap catalog, opened, scanned and
+        // closed here, its tuples read while the scan holds them.
+        unsafe {
+            let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+            loop {
+                let tup = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+                if tup.is_null() {
+                    break;
+                }
+                let db = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tup);
+                if let Some(v) = oids.as_mut() {
+                    if v.try_reserve(1).is_ok() {
+                        v.push(u32::from((*db).oid));
+                    } else {
+                        oids = None;
+                    }
+                }
+            }
+            pg_sys::heap_endscan(scan);
+            pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        }
+        oids.map(|mut v| {
+            v.sort_unstable();
+            v
+        })
+    })
+}
+
+/// The worker, at its start and every 10 s: forget the shapes and routes
+/// of databases that no longer exist. `after_utility` forgets them in the
+/// backend that drops a database, but not on a standby, which replays the
+/// drop (and may be promoted), nor when that backend died between the
+/// drop's commit and its statement's end, nor in the file when its write
+/// failed (the routes come back at the next start). A database created
+/// later with the same OID must not inherit them.
+pub fn forget_absent_databases() {
+    if !shmem::with_gate_shared(|l| l.shapes.any()) {
+        return;
+    }
+    let listed_at = crate::now_us();
+    let Some(present) = database_oids() else {
+        return; // memory ran short: the next pass lists them again
+    };
+    let now = crate::now_us();
+    let forgot =
+        shmem::with_gate(|mut l| l.shapes.forget_absent(|db| present.binary_search(&db).is_ok(), listed_at, now));
+    if forgot > 0 {
+        pgrx::log!("pg_gatekeeper: forgot {forgot} query routes of databases that no longer exist");
+        crate::route_store::save();
     }
 }
 

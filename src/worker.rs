@@ -239,6 +239,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         last_now = now;
         if now >= next_resolve_us {
             cpu.set_source(limit::apply());
+            crate::shapes_api::forget_absent_databases();
             next_resolve_us = now + RESOLVE_EVERY_US;
         }
         // Samples are paced by the clock, not by wake-ups: a burst of

@@ -541,6 +541,61 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     c.assert_quiet();
 }
 
+/// A dropped database's routes do not come back. The backend that drops a
+/// database forgets its routes, but a standby replaying the drop does not,
+/// nor does a backend that died before its statement ended, nor the file
+/// when its write failed: the next start would restore them, and a database
+/// created later with the same OID would inherit them. The worker forgets
+/// the routes of databases missing from `pg_database`, at its start and
+/// every 10 s; the other databases' routes stay.
+#[test]
+fn a_dropped_databases_routes_do_not_come_back() {
+    let c = start(&[]);
+    c.admin_exec("CREATE DATABASE gone");
+    let gone = c.admin_i64("SELECT oid::bigint FROM pg_database WHERE datname = 'gone'");
+    let mut there = postgres::Config::new()
+        .host_path(&c.dir)
+        .port(c.port)
+        .user("postgres")
+        .dbname("gone")
+        .application_name("gone")
+        .connect(postgres::NoTls)
+        .expect("connect to gone");
+    there
+        .batch_execute("CREATE EXTENSION pg_gatekeeper; SELECT gatekeeper.route_shape(4242, 'long')")
+        .expect("a route in gone");
+    drop(there);
+    c.admin_exec("SELECT gatekeeper.route_shape(4243, 'long')");
+    let file = c.data_dir().join("pg_gatekeeper_routes");
+    let both = std::fs::read_to_string(&file).unwrap();
+    assert!(both.contains(" 4242 ") && both.contains(" 4243 "), "{both}");
+    // The drop forgets gone's route and rewrites the file; put the file
+    // back as a failed write (or a crash before the forget) leaves it.
+    wait_until("gone's session has ended", Duration::from_secs(10), || {
+        c.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE datname = 'gone'") == 0
+    });
+    c.admin_exec("DROP DATABASE gone");
+    assert!(!std::fs::read_to_string(&file).unwrap().contains(" 4242 "));
+    std::fs::write(&file, &both).unwrap();
+
+    let log = c.log_path();
+    let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
+    assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
+    c.reconnect_admin(Duration::from_secs(30));
+    assert!(c.log_text().contains("restored 2 query routes from file \"pg_gatekeeper_routes\""), "{}", c.log_tail(5));
+    wait_until("the worker forgets the dropped database's route", Duration::from_secs(15), || {
+        c.admin_i64(&format!("SELECT count(*) FROM gatekeeper.shapes WHERE dbid = {gone}")) == 0
+    });
+    assert!(c.log_text().contains("forgot 1 query routes of databases that no longer exist"), "{}", c.log_tail(5));
+    assert_eq!(
+        c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE queryid = 4243 AND routed_to = 'long'"),
+        1,
+        "the other database's route stays"
+    );
+    assert!(!std::fs::read_to_string(&file).unwrap().contains(" 4242 "), "and the file no longer holds it");
+    c.assert_quiet();
+}
+
 /// A transaction's shape is learnt only once its first statement started:
 /// a statement that fails its permission checks in a savepoint, rolled
 /// back before long work, teaches nothing about a statement that never

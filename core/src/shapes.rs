@@ -314,6 +314,28 @@ impl<'a> Shapes<'a> {
         routed
     }
 
+    /// Forget the shapes and routes of every database that `exists` denies
+    /// (found missing from the catalog: dropped where no backend of this
+    /// server forgot them, see `forget_db`). Only entries last seen before
+    /// `listed_at_us`, when the caller listed the databases, are judged: a
+    /// database created since may already have entries, and its OID may be
+    /// one the list lacks. Returns how many routes in force were among the
+    /// forgotten.
+    pub fn forget_absent(&mut self, exists: impl Fn(u32) -> bool, listed_at_us: i64, now_us: i64) -> usize {
+        let mut routes = 0;
+        for s in self.e.iter_mut().filter(|s| s.query_id != 0 && s.last_us < listed_at_us && !exists(s.db)) {
+            routes += usize::from(s.routed(now_us));
+            *s = Shape::default();
+        }
+        routes
+    }
+
+    /// Whether any entry is in use (an ended route's included): the
+    /// databases need checking only then.
+    pub fn any(&self) -> bool {
+        self.e.iter().any(|s| s.query_id != 0)
+    }
+
     /// Whether the entry holds something to show: a role's shape, or a
     /// route in force (an expired route's entry is only waiting for reuse).
     pub fn in_use(s: &Shape, now_us: i64) -> bool {
@@ -519,6 +541,32 @@ mod tests {
         t.record(3, 10, 1, 1, true, 1);
         assert!(!t.forget_db(3, 3), "a shape alone is no route");
         assert!(t.find(3, 10, 1).is_none());
+    }
+
+    #[test]
+    fn forget_absent_drops_missing_databases_seen_before_the_list() {
+        let mut v = table(32);
+        let mut t = Shapes::new(&mut v);
+        let c = ClassName::new("c");
+        t.record(1, 10, 1, 1, true, 1);
+        t.route(1, 2, c, 0, 1).unwrap();
+        t.route(2, 2, c, 0, 1).unwrap();
+        assert!(t.any());
+        // Database 3 is created after the list was taken: its entries wait
+        // for the next list.
+        t.record(3, 10, 1, 1, true, 5);
+        let exists = |db: u32| db == 2;
+        assert_eq!(t.forget_absent(exists, 4, 6), 1, "database 1's route in force was forgotten");
+        assert!(t.find(1, 10, 1).is_none());
+        assert_eq!(t.lane(1, 10, 2, 7), Lane::Short);
+        assert_eq!(t.lane(2, 10, 2, 7), Lane::Routed(c), "a database that exists keeps its route");
+        assert!(t.find(3, 10, 1).is_some(), "seen after the list: not judged");
+        assert_eq!(t.forget_absent(exists, 10, 11), 0, "a shape alone is no route");
+        assert!(t.find(3, 10, 1).is_none());
+        assert_eq!(t.forget_absent(|_| false, 0, 11), 0, "nothing was seen before 0");
+        assert!(t.find(2, ANY_ROLE, 2).is_some());
+        t.unroute(2, 2, 12);
+        assert!(!t.any());
     }
 
     #[test]
