@@ -32,7 +32,7 @@ pub const RETRY_REFUSAL_US: i64 = 10_000_000;
 
 /// [`trusted`]'s verdict, the `citus_peers` generation it was reached
 /// under, whether `citus.local_hostname` named a socket directory then,
-/// and when.
+/// and when (`crate::mono_us`).
 static TRUSTED: BackendLocal<Cell<Option<(bool, u64, bool, i64)>>> = BackendLocal::new(Cell::new(None));
 /// This session has logged a refusal.
 static LOGGED: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
@@ -45,7 +45,8 @@ pub fn trusted() -> bool {
     // A reload that changes citus.local_hostname (Citus's setting, which
     // the gate's generation does not follow) changes the verdict too.
     let local_socket = local_hostname().is_some_and(|h| h.starts_with(b"/"));
-    let now = crate::now_us();
+    // Monotonic: a step back of the wall clock must not stretch a refusal.
+    let now = crate::mono_us();
     if let Some((v, g, l, at)) = TRUSTED.with(|t| t.get()) {
         if g == generation && l == local_socket && (v || now - at < RETRY_REFUSAL_US) {
             return v;
