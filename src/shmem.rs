@@ -428,13 +428,14 @@ pub fn with_gate<R>(f: impl FnOnce(Locked<'_>) -> R) -> R {
 /// `wake` callback the core expects, and the latches are set after the lock
 /// is released, so that nobody queues on the lock while the signals go out.
 /// (A woken waiter re-checks its state under the lock, so the order is safe.)
+/// The latches are set when the collected wake-ups are dropped: after the
+/// lock, and also when `f` ends in an ERROR or a panic after it admitted
+/// someone (the change stays in shared memory; the admitted must not sleep
+/// on until their next look). A latch is set without the lock, so a drop
+/// during unwinding, before the lock is released, is safe too.
 pub fn with_gate_waking<R>(f: impl FnOnce(Locked<'_>, &mut dyn FnMut(usize)) -> R) -> R {
     let mut w = Wakeups { n: 0, buf: [0; WAKE_BATCH], more: Vec::new() };
-    let r = with_gate(|l| f(l, &mut |i| w.add(i)));
-    for &i in w.buf[..w.n].iter().chain(&w.more) {
-        wake(i);
-    }
-    r
+    with_gate(|l| f(l, &mut |i| w.add(i)))
 }
 
 /// Wake-ups collected under the lock. The usual hand-off wakes one or two,
@@ -457,6 +458,14 @@ impl Wakeups {
             self.more.push(i);
         } else {
             // Out of memory: wake it now rather than lose the wake-up.
+            wake(i);
+        }
+    }
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        for &i in self.buf[..self.n].iter().chain(&self.more) {
             wake(i);
         }
     }
