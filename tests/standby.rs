@@ -73,6 +73,19 @@ fn a_hot_standby_gates_by_its_own_limit_and_keeps_gating_after_promotion() {
         Cluster::start(&[("wal_level", "replica"), ("max_wal_senders", "4"), ("pg_gatekeeper.max_active", "4")]);
     primary.admin_exec("CREATE TABLE t (x int); INSERT INTO t VALUES (1); GRANT SELECT, INSERT ON t TO app;");
     primary.admin_exec("CREATE ROLE watcher LOGIN IN ROLE pg_monitor");
+    // A database with a route: the base backup copies the routes file.
+    primary.admin_exec("CREATE DATABASE gone");
+    let gone = primary.admin_i64("SELECT oid::bigint FROM pg_database WHERE datname = 'gone'");
+    {
+        let mut there = postgres::Config::new()
+            .host_path(&primary.dir)
+            .port(primary.port)
+            .user("postgres")
+            .dbname("gone")
+            .connect(postgres::NoTls)
+            .expect("connect to gone");
+        there.batch_execute("CREATE EXTENSION pg_gatekeeper; SELECT gatekeeper.route_shape(4242, 'long')").unwrap();
+    }
 
     let standby = Standby { dir: primary.dir.join("standby"), port: primary.port + 1000 };
     fs::create_dir_all(&standby.dir).unwrap();
@@ -109,6 +122,22 @@ fn a_hot_standby_gates_by_its_own_limit_and_keeps_gating_after_promotion() {
 
     // Read-only sessions on the standby are gated by its limit of 1.
     park_and_hand_off(&standby, "SELECT x FROM t");
+
+    // The standby restored the primary's route from the copied file. The
+    // primary's drop of the database forgets it there; the standby replays
+    // the drop, and its worker forgets it (else a database created after a
+    // promotion with the same OID would inherit it).
+    let routes_of_gone = format!("SELECT count(*) FROM gatekeeper.shapes WHERE dbid = {gone}");
+    assert_eq!(standby.i64(&routes_of_gone), 1, "the standby restored the route");
+    wait_until("gone's session on the primary has ended", Duration::from_secs(10), || {
+        primary.admin_i64("SELECT count(*) FROM pg_stat_activity WHERE datname = 'gone'") == 0
+    });
+    primary.admin_exec("DROP DATABASE gone");
+    wait_until("the standby's worker forgets the dropped database's route", Duration::from_secs(20), || {
+        standby.i64(&routes_of_gone) == 0
+    });
+    let standby_log = fs::read_to_string(standby.dir.join("log")).unwrap();
+    assert!(standby_log.contains("forgot 1 query routes of databases that no longer exist"), "{standby_log}");
 
     // Promoted, it keeps gating, writes included.
     assert!(standby.bool("SELECT pg_promote(true, 30)"));
