@@ -553,14 +553,7 @@ fn a_dropped_databases_routes_do_not_come_back() {
     let c = start(&[]);
     c.admin_exec("CREATE DATABASE gone");
     let gone = c.admin_i64("SELECT oid::bigint FROM pg_database WHERE datname = 'gone'");
-    let mut there = postgres::Config::new()
-        .host_path(&c.dir)
-        .port(c.port)
-        .user("postgres")
-        .dbname("gone")
-        .application_name("gone")
-        .connect(postgres::NoTls)
-        .expect("connect to gone");
+    let mut there = c.connect_db("postgres", "gone");
     there
         .batch_execute("CREATE EXTENSION pg_gatekeeper; SELECT gatekeeper.route_shape(4242, 'long')")
         .expect("a route in gone");

@@ -76,16 +76,10 @@ fn a_hot_standby_gates_by_its_own_limit_and_keeps_gating_after_promotion() {
     // A database with a route: the base backup copies the routes file.
     primary.admin_exec("CREATE DATABASE gone");
     let gone = primary.admin_i64("SELECT oid::bigint FROM pg_database WHERE datname = 'gone'");
-    {
-        let mut there = postgres::Config::new()
-            .host_path(&primary.dir)
-            .port(primary.port)
-            .user("postgres")
-            .dbname("gone")
-            .connect(postgres::NoTls)
-            .expect("connect to gone");
-        there.batch_execute("CREATE EXTENSION pg_gatekeeper; SELECT gatekeeper.route_shape(4242, 'long')").unwrap();
-    }
+    primary
+        .connect_db("postgres", "gone")
+        .batch_execute("CREATE EXTENSION pg_gatekeeper; SELECT gatekeeper.route_shape(4242, 'long')")
+        .unwrap();
 
     let standby = Standby { dir: primary.dir.join("standby"), port: primary.port + 1000 };
     fs::create_dir_all(&standby.dir).unwrap();

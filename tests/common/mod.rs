@@ -199,6 +199,18 @@ impl Cluster {
         connect_to(&self.dir, self.port, user, name).unwrap_or_else(|e| panic!("connect as {user}: {e}"))
     }
 
+    /// A new connection as `user` to database `dbname`, named after it.
+    pub fn connect_db(&self, user: &str, dbname: &str) -> Client {
+        postgres::Config::new()
+            .host_path(&self.dir)
+            .port(self.port)
+            .user(user)
+            .dbname(dbname)
+            .application_name(dbname)
+            .connect(NoTls)
+            .unwrap_or_else(|e| panic!("connect as {user} to {dbname}: {e}"))
+    }
+
     /// A session as `role`, named `name`.
     pub fn session_as(&self, role: &str, name: &str) -> Session {
         Session { name: name.to_string(), client: self.connect(role, name) }
