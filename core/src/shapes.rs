@@ -306,12 +306,18 @@ impl<'a> Shapes<'a> {
     /// OID may be given to a new database). Returns whether a route in force
     /// was among them.
     pub fn forget_db(&mut self, db: u32, now_us: i64) -> bool {
-        let mut routed = false;
-        for s in self.e.iter_mut().filter(|s| s.query_id != 0 && s.db == db) {
-            routed |= s.routed(now_us);
+        self.forget_where(|s| s.db == db, now_us) > 0
+    }
+
+    /// Free every entry in use that `which` picks; returns how many routes
+    /// in force were among them.
+    fn forget_where(&mut self, which: impl Fn(&Shape) -> bool, now_us: i64) -> usize {
+        let mut routes = 0;
+        for s in self.e.iter_mut().filter(|s| s.query_id != 0 && which(s)) {
+            routes += usize::from(s.routed(now_us));
             *s = Shape::default();
         }
-        routed
+        routes
     }
 
     /// Forget the shapes and routes of every database that `exists` denies
@@ -322,12 +328,7 @@ impl<'a> Shapes<'a> {
     /// one the list lacks. Returns how many routes in force were among the
     /// forgotten.
     pub fn forget_absent(&mut self, exists: impl Fn(u32) -> bool, listed_at_us: i64, now_us: i64) -> usize {
-        let mut routes = 0;
-        for s in self.e.iter_mut().filter(|s| s.query_id != 0 && s.last_us < listed_at_us && !exists(s.db)) {
-            routes += usize::from(s.routed(now_us));
-            *s = Shape::default();
-        }
-        routes
+        self.forget_where(|s| s.last_us < listed_at_us && !exists(s.db), now_us)
     }
 
     /// Whether any entry is in use (an ended route's included): the
