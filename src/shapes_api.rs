@@ -269,7 +269,8 @@ pub fn after_utility(ran: bool) {
 /// of its own.
 fn database_oids() -> Option<Vec<u32>> {
     BackgroundWorker::transaction(|| {
-        let mut oids = Some(Vec::new());
+        let mut oids = Vec::new();
+        let mut short = false;
         // SAFETY: in a transaction with a snapshot (`transaction` pushes
         // one); pg_database is a shared heap catalog, opened, scanned and
         // closed here, its tuples read while the scan holds them.
@@ -281,22 +282,18 @@ fn database_oids() -> Option<Vec<u32>> {
                 if tup.is_null() {
                     break;
                 }
-                let db = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tup);
-                if let Some(v) = oids.as_mut() {
-                    if v.try_reserve(1).is_ok() {
-                        v.push(u32::from((*db).oid));
-                    } else {
-                        oids = None;
-                    }
+                if oids.try_reserve(1).is_err() {
+                    short = true;
+                    break;
                 }
+                let db = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tup);
+                oids.push(u32::from((*db).oid));
             }
             pg_sys::heap_endscan(scan);
             pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
         }
-        oids.map(|mut v| {
-            v.sort_unstable();
-            v
-        })
+        oids.sort_unstable();
+        (!short).then_some(oids)
     })
 }
 
