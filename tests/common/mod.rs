@@ -201,13 +201,7 @@ impl Cluster {
 
     /// A new connection as `user` to database `dbname`, named after it.
     pub fn connect_db(&self, user: &str, dbname: &str) -> Client {
-        postgres::Config::new()
-            .host_path(&self.dir)
-            .port(self.port)
-            .user(user)
-            .dbname(dbname)
-            .application_name(dbname)
-            .connect(NoTls)
+        connect_to_db(&self.dir, self.port, user, dbname, dbname)
             .unwrap_or_else(|e| panic!("connect as {user} to {dbname}: {e}"))
     }
 
@@ -542,13 +536,12 @@ impl Drop for Cluster {
 }
 
 pub fn connect_to(dir: &Path, port: u16, user: &str, name: &str) -> Result<Client, postgres::Error> {
-    postgres::Config::new()
-        .host_path(dir)
-        .port(port)
-        .user(user)
-        .dbname("postgres")
-        .application_name(name)
-        .connect(NoTls)
+    connect_to_db(dir, port, user, "postgres", name)
+}
+
+/// Like [`connect_to`], to database `dbname`.
+pub fn connect_to_db(dir: &Path, port: u16, user: &str, dbname: &str, name: &str) -> Result<Client, postgres::Error> {
+    postgres::Config::new().host_path(dir).port(port).user(user).dbname(dbname).application_name(name).connect(NoTls)
 }
 
 /// A client connection with a name (its `application_name`).
