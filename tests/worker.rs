@@ -920,6 +920,38 @@ fn a_reload_applies_while_the_worker_is_away() {
     c.assert_quiet();
 }
 
+/// A limit lowered by a reload binds at once, the worker away: the tickets
+/// come down with it, so a place freed above the new limit goes to nobody.
+/// (Before, only the worker's controller brought the tickets down: without
+/// it, each release went on admitting under the old limit.)
+#[test]
+fn a_lowered_limit_binds_while_the_worker_is_away() {
+    // The parked sessions' own guarantee must not admit while this watches.
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "4"), ("pg_gatekeeper.progress_timeout", "60s")]);
+    let mut holders: Vec<Session> = (0..4).map(|k| idle_in_transaction(&c, &format!("H{k}"))).collect();
+    // Nobody queued: nothing is lent.
+    c.wait_status("4 holders on 4 tickets", |s| s.admitted() == 4 && s.tickets() == 4);
+    wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
+    let pid = c.worker_pid().expect("the worker runs");
+    Cluster::kill(pid, "STOP");
+    c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 1");
+    c.admin_exec("SELECT pg_reload_conf()");
+    // The observer's reading of the status applies the reload.
+    let s = c.wait_status("the reload applied", |s| s.max_active() == 1);
+    assert_eq!(s.tickets(), 1, "the tickets stayed above the lowered limit");
+    let w = c.app("W").spawn("SELECT 1");
+    c.wait_queued("W");
+    for (k, h) in holders.iter_mut().enumerate().take(3) {
+        h.ok("COMMIT");
+        let s = c.status();
+        assert_eq!((s.admitted(), s.queued()), (3 - k as i64, 1), "a place freed above the limit was handed on");
+    }
+    holders[3].ok("COMMIT");
+    w.join_ok(PROMPT);
+    Cluster::kill(pid, "CONT");
+    c.assert_quiet();
+}
+
 /// A backend reads a reload at its next command but applies it only at its
 /// next admission, which a lock wait in parse analysis (before the gate) can
 /// put off past a newer reload: that backend must not bring the older

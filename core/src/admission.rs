@@ -823,11 +823,16 @@ impl<'a> Gate<'a> {
         self.pump(now_us, wake);
     }
 
-    /// [`Gate::set_limit`] without admitting anyone.
+    /// [`Gate::set_limit`] without admitting anyone. A lowered limit takes
+    /// as many tickets away, so that the places lent beyond it stay as many
+    /// as they were: tickets left where they were would go on admitting
+    /// under the old limit until the worker's controller brought them down,
+    /// and for good while the worker is away.
     fn put_limit(&mut self, limit: u32, ceiling: u32) {
+        let fell = self.h.limit.saturating_sub(limit);
         self.h.limit = limit;
         self.recompute_reserves();
-        self.h.tickets = self.h.tickets.clamp(limit, ceiling.max(limit));
+        self.h.tickets = self.h.tickets.saturating_sub(fell).clamp(limit, ceiling.max(limit));
     }
 
     /// Set the ticket count (never below the limit) and admit what now fits.
@@ -1609,6 +1614,33 @@ mod tests {
         assert_eq!(f.release(0, 3), Vec::<usize>::new());
         assert_eq!(f.release(1, 3), Vec::<usize>::new());
         assert_eq!(f.release(2, 3), vec![3]);
+    }
+
+    #[test]
+    fn a_lowered_limit_binds_at_once_and_keeps_what_was_lent() {
+        // Limit 4 under a ceiling of 100 (lending on), 4 holders, 2 queued.
+        let mut f = Fixture::new(6, 4);
+        let mut g = f.gate();
+        for i in 0..6 {
+            g.request(i, DEFAULT, 0, 0);
+        }
+        g.configure(1, 100, &[], 1, &mut |_| unreachable!());
+        assert_eq!((g.header().limit, g.header().tickets), (1, 1));
+        // Places freed above the new limit go to nobody, until one is free
+        // under it.
+        assert_eq!(f.release(0, 2), Vec::<usize>::new());
+        assert_eq!(f.release(1, 2), Vec::<usize>::new());
+        assert_eq!(f.release(2, 2), Vec::<usize>::new());
+        assert_eq!(f.release(3, 2), vec![4]);
+        // Two places lent beyond a limit of 4: lowered to 2, two are still lent.
+        let mut f = Fixture::new(2, 4);
+        let mut g = f.gate();
+        g.set_tickets(6, 0, &mut |_| {});
+        g.set_limit(2, 100, 0, &mut |_| {});
+        assert_eq!(g.header().tickets, 4);
+        // Raised, the lent places are not added to: tickets stay.
+        g.set_limit(3, 100, 0, &mut |_| {});
+        assert_eq!(g.header().tickets, 4);
     }
 
     #[test]
