@@ -179,7 +179,7 @@ fn warn_unknown_class(name: &str) {
     });
     if fresh {
         pgrx::log!(
-            "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes; its transactions are admitted as a session's with no class",
+            "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes (or has no entry free yet); its transactions are admitted as a session's with no class",
             // SAFETY: MyProcPid is set at process start.
             unsafe { pg_sys::MyProcPid }
         );

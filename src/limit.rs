@@ -13,6 +13,7 @@
 //! seconds); and every backend that reloaded a changed setting, at its next
 //! admission, so that a reload takes effect even while the worker is away.
 
+use std::cell::RefCell;
 use std::fs;
 
 use gatekeeper_core::adaptive::{self, Bounds};
@@ -21,6 +22,7 @@ use gatekeeper_core::controller::{self, Window};
 use gatekeeper_core::cpus;
 use pgrx::pg_sys;
 
+use crate::backend_local::BackendLocal;
 use crate::{gucs, shmem};
 
 /// The limit's settings resolved into numbers.
@@ -285,10 +287,25 @@ fn apply_from(unless_superseded: bool) -> CpuSource {
         shmem::applied_reload().fetch_max(loaded, std::sync::atomic::Ordering::Relaxed);
         no_room
     });
+    log_no_room(no_room);
+    r.cpu_source
+}
+
+/// The classes that found no entry free at this process's last apply.
+static NO_ROOM: BackendLocal<RefCell<Vec<String>>> = BackendLocal::new(RefCell::new(Vec::new()));
+
+/// Say in the server log which classes found no entry free: once per
+/// process while the list stays the same (the worker applies every 10 s),
+/// at LOG, which no client sees (the backend that applies a reload does so
+/// in a client's statement).
+fn log_no_room(no_room: Vec<String>) {
+    let same = NO_ROOM.with(|n| std::mem::replace(&mut *n.borrow_mut(), no_room.clone()) == no_room);
+    if same {
+        return;
+    }
     for name in no_room {
-        pgrx::warning!(
+        pgrx::log!(
             "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are admitted as with no class until classes dropped from pg_gatekeeper.classes have no sessions left"
         );
     }
-    r.cpu_source
 }

@@ -952,6 +952,44 @@ fn a_lowered_limit_binds_while_the_worker_is_away() {
     c.assert_quiet();
 }
 
+/// A class defined while every class entry is taken (a dropped class still
+/// serves a session) has its sessions admitted as with no class, and the
+/// server log says so once per process: not again at each of the worker's
+/// passes, every 10 s. The class gets its entry at the worker's first pass
+/// after the dropped class's session is gone.
+#[test]
+fn a_class_with_no_entry_free_is_logged_once_and_gets_one_later() {
+    let defs = |from: u32, to: u32| (from..=to).map(|k| format!("c{k} (weight = 1)")).collect::<Vec<_>>().join(", ");
+    let c = Cluster::start(&[("pg_gatekeeper.classes", &defs(1, 14))]);
+    c.admin_exec(
+        "CREATE ROLE r1 LOGIN; ALTER ROLE r1 SET pg_gatekeeper.class = 'c1';
+         CREATE ROLE r15 LOGIN; ALTER ROLE r15 SET pg_gatekeeper.class = 'c15';",
+    );
+    let mut old = c.session_as("r1", "old");
+    old.ok("BEGIN");
+    old.ok("SELECT 1");
+    // c1 dropped and c15 defined: c1 keeps its entry while `old` holds a place.
+    c.set_conf(&[("pg_gatekeeper.classes", &defs(2, 15))]);
+    let line = "class \"c15\" has no entry free yet";
+    wait_until("the reload is applied and logged", Duration::from_secs(5), || count_lines(&c.log_text(), line) >= 1);
+    let mut new = c.session_as("r15", "new");
+    new.ok("SELECT 1");
+    let logged = count_lines(&c.log_text(), line);
+    // The worker applies the settings again every 10 s: past one such pass.
+    std::thread::sleep(Duration::from_secs(11));
+    assert_eq!(count_lines(&c.log_text(), line), logged, "logged again at the worker's pass");
+    let classes = || -> Vec<String> {
+        c.admin_query("SELECT class::text FROM gatekeeper.classes", &[]).iter().map(|r| r.get(0)).collect()
+    };
+    assert!(!classes().contains(&"c15".to_string()));
+    old.ok("COMMIT");
+    wait_until("c15 has its entry", Duration::from_secs(15), || classes().contains(&"c15".to_string()));
+    assert!(!classes().contains(&"c1".to_string()), "c1 is gone");
+    new.ok("SELECT 1");
+    assert_eq!(count_lines(&c.log_text(), line), logged);
+    c.assert_quiet();
+}
+
 /// A backend reads a reload at its next command but applies it only at its
 /// next admission, which a lock wait in parse analysis (before the gate) can
 /// put off past a newer reload: that backend must not bring the older
