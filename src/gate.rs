@@ -140,7 +140,7 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             let guard = Parked { slot, armed: true };
             // SAFETY: `at` comes from the hook it names (admit_statement).
             let released = at.filter(|&at| unsafe { snapshot::release(at) });
-            wait(guard, now, &class);
+            wait(guard, &class);
             if let Some(at) = released {
                 // SAFETY: as above, and release returned true.
                 unsafe { snapshot::retake(at) };
@@ -213,12 +213,14 @@ fn leave(slot: usize, why: Abandon) -> bool {
 }
 
 /// Wait until admitted; `guard` leaves the queue if an ERROR ends the wait.
-fn wait(mut guard: Parked, started_us: i64, class: &Class) {
+fn wait(mut guard: Parked, class: &Class) {
     let slot = guard.slot;
     // The class's own timeout, where it has one, else the session's.
     let class_timeout = class.params.queue_timeout_ms >= 0;
     let timeout_ms = if class_timeout { class.params.queue_timeout_ms as u32 } else { gucs::queue_timeout_ms() };
-    let mut sleeper = park::Sleeper::new(gucs::client_check_interval_ms(), started_us);
+    // The client's polls are timed on the monotonic clock: a step back of
+    // the wall clock must not put them off.
+    let mut sleeper = park::Sleeper::new(gucs::client_check_interval_ms(), crate::mono_us());
     // The timeout runs on the monotonic clock, as PostgreSQL's own timers
     // do: a step of the wall clock neither fires it early nor stretches it.
     let began = std::time::Instant::now();
@@ -228,7 +230,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         let now = crate::now_us();
         let mono = crate::mono_us();
         // Before the admission check: polling the client may reset the latch.
-        if sleeper.client_gone(now) {
+        if sleeper.client_gone(mono) {
             client_lost(&mut guard);
         }
         // A poll that found the latch set resets it, as PostgreSQL's own
@@ -297,7 +299,7 @@ fn wait(mut guard: Parked, started_us: i64, class: &Class) {
         if timeout_ms > 0 {
             sleep_ms = sleep_ms.min(timeout_ms as i64 - waited_ms as i64);
         }
-        if sleeper.sleep(now, sleep_ms) == park::Woke::ClientGone {
+        if sleeper.sleep(mono, sleep_ms) == park::Woke::ClientGone {
             client_lost(&mut guard);
         }
         pg_sys::check_for_interrupts!();

@@ -52,7 +52,8 @@ pub struct Sleeper {
 
 impl Sleeper {
     /// `check_ms` is `client_check_interval`: 0 never looks at the client.
-    pub fn new(check_ms: u32, now_us: i64) -> Sleeper {
+    /// Times here are on the monotonic clock (`crate::mono_us`).
+    pub fn new(check_ms: u32, mono_us: i64) -> Sleeper {
         // SAFETY: reads of globals set at backend start; WaitEventSetCanReportClosed
         // only reports how latch.c was built.
         let watch_socket = check_ms > 0
@@ -64,17 +65,17 @@ impl Sleeper {
         Sleeper {
             watch_socket,
             poll_ms: if watch_socket { 0 } else { check_ms },
-            next_poll_us: now_us + check_ms as i64 * 1000,
+            next_poll_us: mono_us + check_ms as i64 * 1000,
         }
     }
 
     /// Poll the client when a poll is due. Call it before looking at the
     /// admission: a poll may reset the latch.
-    pub fn client_gone(&mut self, now_us: i64) -> bool {
-        if self.poll_ms == 0 || now_us < self.next_poll_us {
+    pub fn client_gone(&mut self, mono_us: i64) -> bool {
+        if self.poll_ms == 0 || mono_us < self.next_poll_us {
             return false;
         }
-        self.next_poll_us = now_us + self.poll_ms as i64 * 1000;
+        self.next_poll_us = mono_us + self.poll_ms as i64 * 1000;
         // SAFETY: pq_check_connection polls this backend's own client socket.
         // It can elog(ERROR) (a failed epoll call): the guarded boundary
         // turns that into an unwind, so the caller's `Parked` guard still
@@ -85,10 +86,10 @@ impl Sleeper {
     }
 
     /// Sleep until the latch is set, the client hangs up, or `max_ms` pass.
-    pub fn sleep(&mut self, now_us: i64, max_ms: i64) -> Woke {
+    pub fn sleep(&mut self, mono_us: i64, max_ms: i64) -> Woke {
         let mut ms = max_ms;
         if self.poll_ms > 0 {
-            ms = ms.min((self.next_poll_us - now_us) / 1000);
+            ms = ms.min((self.next_poll_us - mono_us) / 1000);
         }
         let ms = ms.max(1);
         if self.watch_socket {
