@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use gatekeeper_core::classes::ClassName;
 use gatekeeper_core::copy::try_collect;
 use gatekeeper_core::shapes::{RouteError, Shape, Shapes, ANY_ROLE};
-use pgrx::bgworkers::BackgroundWorker;
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::panic::{CaughtError, ErrorReport};
 use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
@@ -263,38 +262,91 @@ pub fn after_utility(ran: bool) {
     }
 }
 
-/// The OIDs of the databases in `pg_database`, sorted; `None` where memory
-/// ran short. The worker's: it is connected to no database, and reads the
-/// shared catalog as autovacuum's launcher does, by a scan in a transaction
-/// of its own.
+/// The OIDs of the databases in `pg_database`, sorted; `None` to skip this
+/// pass: where memory ran short, where the read failed (logged), or where
+/// another process holds or waits for a lock on `pg_database` that
+/// conflicts (`VACUUM FULL pg_database`, queued behind a `pg_dump`). The
+/// worker never waits for that lock: queued behind such a lock for hours,
+/// it would stop sampling (stall relief, lending, the deadlock breaker and
+/// the progress guarantee with it), and a SIGTERM does not end a lock wait
+/// in it. It is connected to no database, and reads the shared catalog as
+/// autovacuum's launcher does, by a scan in a transaction of its own; an
+/// ERROR there is caught and the transaction aborted, so that the worker
+/// goes on (an ERROR would end it, and each one started again would fail
+/// the same way before its first sample).
 fn database_oids() -> Option<Vec<u32>> {
-    BackgroundWorker::transaction(|| {
-        let mut oids = Vec::new();
-        let mut short = false;
-        // SAFETY: in a transaction with a snapshot (`transaction` pushes
-        // one); pg_database is a shared heap catalog, opened, scanned and
-        // closed here, its tuples read while the scan holds them.
+    PgTryBuilder::new(|| {
+        // SAFETY: a transaction with a snapshot, begun and ended here as
+        // pgrx's `BackgroundWorker::transaction` does; pg_database is a
+        // shared heap catalog, locked without waiting, opened, scanned and
+        // closed here (the lock is released at commit), its tuples read
+        // while the scan holds them.
         unsafe {
-            let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-            let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
-            loop {
-                let tup = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
-                if tup.is_null() {
-                    break;
-                }
-                if oids.try_reserve(1).is_err() {
-                    short = true;
-                    break;
-                }
-                let db = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tup);
-                oids.push(u32::from((*db).oid));
-            }
-            pg_sys::heap_endscan(scan);
-            pg_sys::table_close(rel, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+            pg_sys::SetCurrentStatementStartTimestamp();
+            pg_sys::StartTransactionCommand();
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+            let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+            let oids = if pg_sys::ConditionalLockRelationOid(pg_sys::DatabaseRelationId, lock) {
+                let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, pg_sys::NoLock as pg_sys::LOCKMODE);
+                let oids = scan_databases(rel);
+                pg_sys::table_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+                oids
+            } else {
+                None
+            };
+            pg_sys::PopActiveSnapshot();
+            pg_sys::CommitTransactionCommand();
+            oids
         }
-        oids.sort_unstable();
-        (!short).then_some(oids)
     })
+    .catch_others(|e| {
+        // SAFETY: the error was copied and flushed by the guard that caught
+        // it; aborting ends the transaction begun above, wherever it stood,
+        // and releases its lock, snapshot, buffers and relation.
+        unsafe { pg_sys::AbortCurrentTransaction() };
+        let message = match &e {
+            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) | CaughtError::RustPanic { ereport: r, .. } => {
+                r.message().to_string()
+            }
+        };
+        pgrx::warning!(
+            "pg_gatekeeper: could not list the databases to forget the query routes of dropped ones: {message}"
+        );
+        None
+    })
+    .execute()
+}
+
+/// The OIDs in `rel` (pg_database, locked), sorted; `None` where memory
+/// ran short.
+///
+/// # Safety
+/// In a transaction with an active snapshot, `rel` open and locked.
+unsafe fn scan_databases(rel: pg_sys::Relation) -> Option<Vec<u32>> {
+    let mut oids = Vec::new();
+    // SAFETY: the caller's; the scan is ended here.
+    unsafe {
+        let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+        let mut short = false;
+        loop {
+            let tup = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+            if tup.is_null() {
+                break;
+            }
+            if oids.try_reserve(1).is_err() {
+                short = true;
+                break;
+            }
+            let db = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tup);
+            oids.push(u32::from((*db).oid));
+        }
+        pg_sys::heap_endscan(scan);
+        if short {
+            return None;
+        }
+    }
+    oids.sort_unstable();
+    Some(oids)
 }
 
 /// The worker, at its start and every 10 s: forget the shapes and routes

@@ -589,6 +589,45 @@ fn a_dropped_databases_routes_do_not_come_back() {
     c.assert_quiet();
 }
 
+/// The worker's pass over `pg_database` never waits for its lock: queued
+/// behind `VACUUM FULL pg_database`, itself queued behind a reader (a
+/// `pg_dump`), it would stop sampling for as long, and no SIGTERM would end
+/// that wait. It skips the pass and lists the databases at a later one.
+#[test]
+fn the_worker_does_not_wait_for_a_lock_on_pg_database() {
+    let c = start(&[]);
+    // A route: the worker's pass has something to forget, so it reads pg_database.
+    c.admin_exec("SELECT gatekeeper.route_shape(4243, 'long')");
+    let worker = c.worker_pid().expect("the worker runs");
+    let mut reader = c.superuser("reader");
+    reader.ok("BEGIN");
+    reader.ok("SELECT count(*) FROM pg_database");
+    let vacuum = c.superuser("vacuum").spawn("VACUUM FULL pg_database");
+    // Read without pg_stat_activity, whose join to pg_database would queue
+    // behind the VACUUM too.
+    let waits = |filter: &str| -> Option<String> {
+        c.admin_query(&format!("SELECT wait_event_type FROM pg_stat_get_activity(NULL) WHERE {filter}"), &[])
+            .first()
+            .and_then(|r| r.get(0))
+    };
+    wait_until("the VACUUM waits for its lock", Duration::from_secs(5), || {
+        waits("application_name = 'vacuum'").as_deref() == Some("Lock")
+    });
+    // Past one of the worker's passes (every 10 s): it never queues.
+    let until = std::time::Instant::now() + Duration::from_secs(12);
+    while std::time::Instant::now() < until {
+        let wait = waits(&format!("pid = {worker}"));
+        assert_ne!(wait.as_deref(), Some("Lock"), "the worker waits for a lock on pg_database");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reader.ok("COMMIT");
+    vacuum.join_ok(Duration::from_secs(30));
+    assert_eq!(c.worker_pid(), Some(worker), "the same worker");
+    assert_eq!(c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE queryid = 4243"), 1, "the route stays");
+    assert!(!c.log_text().contains("could not list the databases"), "{}", c.log_tail(5));
+    c.assert_quiet();
+}
+
 /// A transaction's shape is learnt only once its first statement started:
 /// a statement that fails its permission checks in a savepoint, rolled
 /// back before long work, teaches nothing about a statement that never
