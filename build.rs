@@ -1,5 +1,5 @@
 //! Compiles the hooks' C entry points (src/hooks_shim.c), the CPU clock
-//! (src/cpu_time.c) and the peer's address (src/peer.c) against the server
+//! (src/clocks.c) and the peer's address (src/peer.c) against the server
 //! headers of the PostgreSQL the crate is built for: the pg_config that
 //! `cargo pgrx` passes (PGRX_PG_CONFIG_PATH), or the one `cargo pgrx init`
 //! recorded for the selected `pgNN` feature.
@@ -7,7 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/hooks_shim.c");
-    println!("cargo:rerun-if-changed=src/cpu_time.c");
+    println!("cargo:rerun-if-changed=src/clocks.c");
     println!("cargo:rerun-if-changed=src/peer.c");
     println!("cargo:rerun-if-env-changed=PGRX_PG_CONFIG_PATH");
     let major = ["15", "16", "17", "18"]
@@ -22,7 +22,7 @@ fn main() {
     let includedir = String::from_utf8(out.stdout).expect("UTF-8 path");
     cc::Build::new()
         .file("src/hooks_shim.c")
-        .file("src/cpu_time.c")
+        .file("src/clocks.c")
         .file("src/peer.c")
         .include(includedir.trim())
         // A hook whose signature changed in these headers must fail the

@@ -65,8 +65,6 @@ pub extern "C-unwind" fn _PG_init() {
         errors::not_preloaded();
     }
     forget_rust_backtrace();
-    // Set here, in the postmaster, so that every process it forks shares it.
-    CLOCK_ORIGIN.get_or_init(std::time::Instant::now);
     // Query ids name the shapes the gate learns (docs/DESIGN.md §15): have
     // PostgreSQL compute them, as pg_stat_statements does, unless
     // compute_query_id is off.
@@ -90,16 +88,20 @@ pub fn now_us() -> i64 {
     unsafe { unguarded::GetCurrentTimestamp() }
 }
 
-/// The origin of [`mono_us`], set by the postmaster in `_PG_init` and
-/// inherited by every process it forks.
-static CLOCK_ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+unsafe extern "C" {
+    /// src/clocks.c: the system's monotonic clock, in microseconds.
+    fn gk_monotonic_us() -> i64;
+}
 
-/// Microseconds since the postmaster loaded the library, on the system's
-/// monotonic clock: the same in every process of the server, and never
-/// stepped by NTP or an administrator, unlike [`now_us`]. For times that
-/// one process writes to shared memory and another compares with its own.
+/// Microseconds on the system's monotonic clock (`CLOCK_MONOTONIC`): the
+/// same in every process of the machine, however and whenever it started,
+/// and never stepped by NTP or an administrator, unlike [`now_us`]. For
+/// times that one process writes to shared memory and another compares
+/// with its own. Never 0 in practice (it counts from the machine's boot),
+/// which stamps use for "never".
 pub fn mono_us() -> i64 {
-    CLOCK_ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as i64
+    // SAFETY: a plain C function with no arguments that only reads a clock.
+    unsafe { gk_monotonic_us() }
 }
 
 /// When this backend's current statement started (PostgreSQL's statement

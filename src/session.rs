@@ -151,7 +151,7 @@ pub struct Shaped {
 }
 
 unsafe extern "C" {
-    /// This process's CPU time in microseconds (src/cpu_time.c).
+    /// This process's CPU time in microseconds (src/clocks.c).
     fn gk_cpu_time_us() -> i64;
 }
 
