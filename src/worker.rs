@@ -185,6 +185,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     let mut next_sample_us = 0;
     let mut next_deadlock_us = 0;
     let mut last_now = now;
+    let mut steps = working::WallSteps::default();
     let mut cpu = limit::CpuMeter::new();
     // A worker started again goes on lending what its predecessor lent.
     let lend = shmem::with_gate_shared(|l| lending::LendClimber::resumed(l.status.lend_cap, l.gate.header().limit));
@@ -237,6 +238,14 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             }
         }
         last_now = now;
+        if let Some(step) = steps.observe(now, crate::mono_us()) {
+            // Statements in flight would read as running for the step's
+            // length: they are timed from here (`working::run_time_us`).
+            pgrx::log!(
+                "pg_gatekeeper: the wall clock stepped forward by {} ms; the statements running now are timed from now",
+                step / 1000
+            );
+        }
         if now >= next_resolve_us {
             cpu.set_source(limit::apply());
             crate::shapes_api::forget_absent_databases();
@@ -249,7 +258,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         let (queued, stalled) = if now >= next_sample_us {
             next_sample_us = now + interval_us;
             cpu.tick(now);
-            sample_and_steer(now, (cpu.idle, cpu.iowait, cpu.shown), &mut adapt, &mut demand, &mut live)
+            sample_and_steer(now, steps.floor_us, (cpu.idle, cpu.iowait, cpu.shown), &mut adapt, &mut demand, &mut live)
         } else {
             shmem::with_gate_shared(|l| (l.gate.header().queued, l.gate.header().stalled))
         };
@@ -294,6 +303,7 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// new statement, is not stalled any more and counts again.
 fn sample_and_steer(
     now: i64,
+    run_floor_us: i64,
     (cpu_idle, cpu_iowait, cpu_shown): (f64, f64, f64),
     adapt: &mut Adapt,
     demand: &mut controller::DemandWindow,
@@ -329,7 +339,7 @@ fn sample_and_steer(
             // Not yet awake after its grant, or between statements: it has
             // not run (`working::run_time_us`).
             let run_start = shmem::run_start(i).load(Ordering::Relaxed);
-            let ran_us = working::run_time_us(now, run_start, s.admitted_at_us, procs::activity(i));
+            let ran_us = working::run_time_us(now, run_start, s.admitted_at_us, procs::activity(i), run_floor_us);
             let long = uses_server && stall_us > 0 && ran_us >= stall_us;
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.

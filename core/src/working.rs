@@ -97,17 +97,52 @@ pub enum Activity {
 ///   longer than `stall_timeout`, it would read as a long run (and its
 ///   transaction's shape would enter the long lane).
 ///
+/// - A run that started before `floor_us`, the wall time at which the
+///   worker saw the wall clock step forward ([`WallSteps`]), is measured
+///   from there: its stamps were taken on the clock before the step, and
+///   every statement in flight would read as running for the step's length
+///   (stalled, and its shape long).
+///
 /// A wall clock stepped back between a grant and the wake-up reads as not
-/// woken until the holder's next statement: it misses the stall check for
+/// woken until the holder's next statement, and a run that started before
+/// a step back reads as that much younger: it misses the stall check for
 /// that long, and nothing else.
-pub fn run_time_us(now_us: i64, run_start_us: i64, admitted_at_us: i64, activity: Activity) -> i64 {
+pub fn run_time_us(now_us: i64, run_start_us: i64, admitted_at_us: i64, activity: Activity, floor_us: i64) -> i64 {
     if run_start_us < admitted_at_us {
         return 0;
     }
     match activity {
         Activity::Between => 0,
-        Activity::Since(t) => now_us - run_start_us.max(t),
-        Activity::Unknown => now_us - run_start_us,
+        Activity::Since(t) => now_us - run_start_us.max(t).max(floor_us),
+        Activity::Unknown => now_us - run_start_us.max(floor_us),
+    }
+}
+
+/// The wall clock watched against the monotonic one, for its steps forward
+/// (NTP, an administrator, a virtual machine resumed): run times are
+/// measured on the wall clock, from the stamps the holders take
+/// ([`run_time_us`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WallSteps {
+    /// The wall and monotonic times of the last look.
+    last: Option<(i64, i64)>,
+    /// Runs that started before this wall time are measured from it.
+    pub floor_us: i64,
+}
+
+impl WallSteps {
+    /// What the wall clock may gain on the monotonic one between two looks
+    /// without being taken for a step: NTP slews at most 500 ppm, 5 ms over
+    /// the worker's longest sleep (10 s).
+    pub const TOLERANCE_US: i64 = 50_000;
+
+    /// One look; returns the step forward since the last, if any.
+    pub fn observe(&mut self, wall_us: i64, mono_us: i64) -> Option<i64> {
+        let gained = self.last.map(|(w, m)| (wall_us - w) - (mono_us - m));
+        self.last = Some((wall_us, mono_us));
+        let step = gained.filter(|&g| g > Self::TOLERANCE_US)?;
+        self.floor_us = wall_us;
+        Some(step)
     }
 }
 
@@ -118,12 +153,12 @@ mod tests {
     #[test]
     fn a_holder_granted_but_not_yet_awake_has_not_run() {
         // Granted at 1_000 while parked since 0: asleep still at 900_000.
-        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Since(0)), 0);
-        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Unknown), 0);
+        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Since(0), 0), 0);
+        assert_eq!(run_time_us(900_000, 0, 1_000, Activity::Unknown, 0), 0);
         // Awake at 1_200, and its statement runs since.
-        assert_eq!(run_time_us(900_000, 1_200, 1_000, Activity::Since(1_100)), 898_800);
+        assert_eq!(run_time_us(900_000, 1_200, 1_000, Activity::Since(1_100), 0), 898_800);
         // Admitted at once: the grant and the wake-up are one instant.
-        assert_eq!(run_time_us(5_000, 1_000, 1_000, Activity::Unknown), 4_000);
+        assert_eq!(run_time_us(5_000, 1_000, 1_000, Activity::Unknown, 0), 4_000);
     }
 
     #[test]
@@ -131,11 +166,35 @@ mod tests {
         // Its last statement ran at 1_000; the client thought for 10 s.
         let (run_start, granted) = (1_000, 500);
         // It has read the next command and not started it.
-        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Between), 0);
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Between, 0), 0);
         // Parse analysis of the command that became active at 9_990_000.
-        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Since(9_990_000)), 10_000);
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Since(9_990_000), 0), 10_000);
         // Without activity tracking, only the hooks' run start tells.
-        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Unknown), 9_999_000);
+        assert_eq!(run_time_us(10_000_000, run_start, granted, Activity::Unknown, 0), 9_999_000);
+    }
+
+    #[test]
+    fn a_step_forward_of_the_wall_clock_is_not_running_time() {
+        let mut steps = WallSteps::default();
+        assert_eq!(steps.observe(1_000_000, 500), None);
+        // 100 ms on both clocks, and a slew within the tolerance.
+        assert_eq!(steps.observe(1_100_000, 100_500), None);
+        assert_eq!(steps.observe(1_210_000, 200_500), None);
+        assert_eq!(steps.floor_us, 0);
+        // The wall clock jumps 60 s ahead while 100 ms pass.
+        assert_eq!(steps.observe(61_310_000, 300_500), Some(60_000_000));
+        assert_eq!(steps.floor_us, 61_310_000);
+        // A statement that started 50 ms before the step, granted before it:
+        // not 60 s old, but measured from the step.
+        let (granted, started) = (1_150_000, 1_160_000);
+        let later = 61_410_000;
+        assert_eq!(run_time_us(later, started, granted, Activity::Since(started), steps.floor_us), 100_000);
+        assert_eq!(run_time_us(later, started, granted, Activity::Unknown, steps.floor_us), 100_000);
+        // One that started after the step is measured from its own start.
+        assert_eq!(run_time_us(later, 61_400_000, granted, Activity::Since(61_400_000), steps.floor_us), 10_000);
+        // A step back is no step forward, and moves no floor.
+        assert_eq!(steps.observe(1_000_000, 400_500), None);
+        assert_eq!(steps.floor_us, 61_310_000);
     }
 
     fn h(wait: Wait, xid: u32) -> Holder {
