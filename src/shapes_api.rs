@@ -364,9 +364,14 @@ pub fn forget_absent_databases() {
     let Some(present) = database_oids() else {
         return; // memory ran short: the next pass lists them again
     };
+    let exists = |db: u32| present.binary_search(&db).is_ok();
+    // Looked for under the shared lock first: admissions need the lock in
+    // exclusive mode, and a pass finds nothing almost always.
+    if !shmem::with_gate_shared(|l| l.shapes.any_absent(exists, listed_at)) {
+        return;
+    }
     let now = crate::now_us();
-    let forgot =
-        shmem::with_gate(|mut l| l.shapes.forget_absent(|db| present.binary_search(&db).is_ok(), listed_at, now));
+    let forgot = shmem::with_gate(|mut l| l.shapes.forget_absent(exists, listed_at, now));
     if forgot > 0 {
         pgrx::log!("pg_gatekeeper: forgot {forgot} query routes of databases that no longer exist");
         crate::route_store::save();

@@ -150,8 +150,12 @@ impl<'a> Shapes<'a> {
     }
 
     /// The entry for a key, taking one for it if it has none (a free one,
-    /// else the least recently seen unrouted one). None when the window is
-    /// all routed, or the key has no query id.
+    /// else the least recently seen unrouted short one, else the least
+    /// recently seen long one). None when the window is all routed, or the
+    /// key has no query id. A short shape's entry only counts its runs (a
+    /// shape without one goes where a short one goes); a long one's is
+    /// what sends its next run into the lane, and long work such as a
+    /// nightly report runs seldom, so short entries go first.
     fn find_or_take(&mut self, db: u32, user: u32, query_id: u64, now_us: i64) -> Option<usize> {
         if let Some(i) = self.find(db, user, query_id) {
             return Some(i);
@@ -163,9 +167,9 @@ impl<'a> Shapes<'a> {
             let e = &self.e[i];
             // Free: never used, or an ended route's (it holds nothing).
             if e.query_id == 0 || e.user == ANY_ROLE {
-                i64::MIN
+                (false, i64::MIN)
             } else {
-                e.last_us
+                (e.long, e.last_us)
             }
         })?;
         self.e[i] = Shape { query_id, db, user, last_us: now_us, ..Shape::default() };
@@ -331,6 +335,13 @@ impl<'a> Shapes<'a> {
         self.forget_where(|s| s.last_us < listed_at_us && !exists(s.db), now_us)
     }
 
+    /// Whether [`Shapes::forget_absent`] would forget anything: a read, for
+    /// the shared lock, so that the exclusive one is taken only when a
+    /// database went (the table may be large).
+    pub fn any_absent(&self, exists: impl Fn(u32) -> bool, listed_at_us: i64) -> bool {
+        self.e.iter().any(|s| s.query_id != 0 && s.last_us < listed_at_us && !exists(s.db))
+    }
+
     /// Whether any entry is in use (an ended route's included): the
     /// databases need checking only then.
     pub fn any(&self) -> bool {
@@ -411,6 +422,28 @@ mod tests {
         assert!(t.find(1, 10, 2).is_none());
         assert!(t.find(1, 10, 1).is_some());
         assert_eq!(t.entries().iter().filter(|s| Shapes::in_use(s, 0)).count(), PROBE);
+    }
+
+    #[test]
+    fn a_full_window_evicts_short_shapes_before_long_ones() {
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        // A report that ran long once, then a window's worth of short work.
+        assert_eq!(t.record(1, 10, 1, 4_000_000, true, 1), Some(Change::Entered));
+        for q in 2..=PROBE as u64 + 4 {
+            t.record(1, 10, q, 1, false, q as i64);
+        }
+        assert_eq!(t.lane(1, 10, 1, 100), Lane::Long, "the report's next run still goes to the lane");
+        // With every entry long, the least recently seen long one goes.
+        let mut v = table(PROBE);
+        let mut t = Shapes::new(&mut v);
+        for q in 1..=PROBE as u64 {
+            t.record(1, 10, q, 4_000_000, true, q as i64);
+        }
+        t.record(1, 10, 999, 1, false, 100);
+        assert!(t.find(1, 10, 999).is_some());
+        assert!(t.find(1, 10, 1).is_none());
+        assert_eq!(t.lane(1, 10, 2, 100), Lane::Long);
     }
 
     #[test]
@@ -557,7 +590,10 @@ mod tests {
         // for the next list.
         t.record(3, 10, 1, 1, true, 5);
         let exists = |db: u32| db == 2;
+        assert!(t.any_absent(exists, 4));
+        assert!(!t.any_absent(|db| db != 3, 4), "database 3's entries are not judged");
         assert_eq!(t.forget_absent(exists, 4, 6), 1, "database 1's route in force was forgotten");
+        assert!(!t.any_absent(exists, 4));
         assert!(t.find(1, 10, 1).is_none());
         assert_eq!(t.lane(1, 10, 2, 7), Lane::Short);
         assert_eq!(t.lane(2, 10, 2, 7), Lane::Routed(c), "a database that exists keeps its route");
