@@ -219,6 +219,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             next_sample_us = next_sample_us.min(now + gucs::sample_interval_us());
         }
         let now = crate::now_us();
+        let mono = crate::mono_us();
         if now < last_now {
             // The wall clock stepped back (NTP, an administrator): move the
             // deadlines and the history's last sample back with it. Left
@@ -238,7 +239,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
             }
         }
         last_now = now;
-        if let Some(step) = steps.observe(now, crate::mono_us()) {
+        if let Some(step) = steps.observe(now, mono) {
             // Statements in flight would read as running for the step's
             // length: they are timed from here (`working::run_time_us`).
             pgrx::log!(
@@ -339,7 +340,10 @@ fn sample_and_steer(
             // Not yet awake after its grant, or between statements: it has
             // not run (`working::run_time_us`).
             let run_start = shmem::run_start(i).load(Ordering::Relaxed);
-            let ran_us = working::run_time_us(now, run_start, s.admitted_at_us, procs::activity(i), run_floor_us);
+            // A holder already found stalled was judged on stamps from one
+            // clock: a step since only lengthens a run that was long anyway.
+            let floor = if s.stalled { 0 } else { run_floor_us };
+            let ran_us = working::run_time_us(now, run_start, s.admitted_at_us, procs::activity(i), floor);
             let long = uses_server && stall_us > 0 && ran_us >= stall_us;
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.

@@ -132,17 +132,27 @@ pub struct WallSteps {
 
 impl WallSteps {
     /// What the wall clock may gain on the monotonic one between two looks
-    /// without being taken for a step: NTP slews at most 500 ppm, 5 ms over
-    /// the worker's longest sleep (10 s).
-    pub const TOLERANCE_US: i64 = 50_000;
+    /// without being taken for a step. NTP's slewing moves both clocks
+    /// alike; this covers the worker losing its CPU between its two
+    /// readings (a CPU quota's throttling lasts up to its period, 100 ms by
+    /// default).
+    pub const TOLERANCE_US: i64 = 250_000;
 
-    /// One look; returns the step forward since the last, if any.
+    /// One look, the two clocks read one right after the other; returns the
+    /// step forward since the last, if any. A step back moves the floor
+    /// back with the clock: left where it was, it would lie ahead, and
+    /// every run, however long, would read as not yet started until the
+    /// clock caught up with it.
     pub fn observe(&mut self, wall_us: i64, mono_us: i64) -> Option<i64> {
-        let gained = self.last.map(|(w, m)| (wall_us - w) - (mono_us - m));
+        let gained = self.last.map_or(0, |(w, m)| (wall_us - w) - (mono_us - m));
         self.last = Some((wall_us, mono_us));
-        let step = gained.filter(|&g| g > Self::TOLERANCE_US)?;
-        self.floor_us = wall_us;
-        Some(step)
+        if gained < -Self::TOLERANCE_US {
+            self.floor_us = self.floor_us.saturating_add(gained);
+        }
+        (gained > Self::TOLERANCE_US).then(|| {
+            self.floor_us = wall_us;
+            gained
+        })
     }
 }
 
@@ -192,9 +202,13 @@ mod tests {
         assert_eq!(run_time_us(later, started, granted, Activity::Unknown, steps.floor_us), 100_000);
         // One that started after the step is measured from its own start.
         assert_eq!(run_time_us(later, 61_400_000, granted, Activity::Since(61_400_000), steps.floor_us), 10_000);
-        // A step back is no step forward, and moves no floor.
-        assert_eq!(steps.observe(1_000_000, 400_500), None);
-        assert_eq!(steps.floor_us, 61_310_000);
+        // Set right 100 ms later: the floor goes back with the clock (left
+        // ahead of it, every run would read as not started for a minute),
+        // and a statement that started since is measured from its own start.
+        assert_eq!(steps.observe(1_410_000, 400_500), None);
+        assert_eq!(steps.floor_us, 1_310_000);
+        let now = 3_410_000;
+        assert_eq!(run_time_us(now, 1_400_000, 1_350_000, Activity::Since(1_400_000), steps.floor_us), 2_010_000);
     }
 
     fn h(wait: Wait, xid: u32) -> Holder {
