@@ -9,6 +9,17 @@
 
 #include <time.h>
 
+/* Microseconds on clock `id`; 0 if it fails. */
+static int64
+clock_us(clockid_t id)
+{
+	struct timespec ts;
+
+	if (clock_gettime(id, &ts) != 0)
+		return 0;
+	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /*
  * Microseconds of CPU time used by this backend's thread; 0 if the clock
  * fails. The thread's clock, not the process's: a backend runs on one
@@ -18,11 +29,7 @@
 int64
 gk_cpu_time_us(void)
 {
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-		return 0;
-	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return clock_us(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /*
@@ -33,9 +40,5 @@ gk_cpu_time_us(void)
 int64
 gk_monotonic_us(void)
 {
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-		return 0;
-	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return clock_us(CLOCK_MONOTONIC);
 }
