@@ -115,7 +115,11 @@ else
     find sharedir/extension -type f | sed "s|^sharedir/extension|$extdir|")
 fi
 for f in "$pkglibdir/$EXT.so" "$extdir/$EXT.control" "$extdir/$EXT--$oldest.sql"; do
-  printf '%s\n' "${installed[@]}" | grep -qx "$f" || fail "the package does not install $f"
+  # Not `printf ... | grep -q`: under pipefail, grep leaving at the first
+  # match can end printf, still writing (one write a line), with SIGPIPE.
+  listed=0
+  for g in "${installed[@]}"; do [ "$g" = "$f" ] && listed=1; done
+  ((listed)) || fail "the package does not install $f"
 done
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$extdir/$EXT.control")
 

@@ -121,10 +121,11 @@ fn workerless_with_a_holder() -> (Cluster, Session) {
 fn without_the_worker_a_cycle_through_a_client_ends_after_the_bound() {
     let (c, mut a) = workerless_with_a_holder();
     let t0 = Instant::now();
+    // One after the other, so that C is the head: two spawns race.
     let first = c.app("C").spawn("SELECT 1");
+    assert_eq!(c.wait_queued("C"), 1);
     let second = c.app("D").spawn("SELECT 2");
-    c.wait_queued("C");
-    c.wait_queued("D");
+    assert_eq!(c.wait_queued("D"), 2);
     // Not before the bound: until then C and D are parked behind A.
     common::assert_stays_queued(&c, &first, Duration::from_secs(5));
     first.join_ok(Duration::from_secs(20));
