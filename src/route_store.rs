@@ -116,7 +116,8 @@ pub fn restore() {
         }
     };
     let now = crate::now_us();
-    let decoded = match route_file::decode(&text, now) {
+    let room = shmem::with_gate_shared(|l| l.shapes.entries().len());
+    let decoded = match route_file::decode(&text, now, room) {
         Ok(d) => d,
         Err(why) => {
             pgrx::log!("pg_gatekeeper: ignoring file \"{FILE}\": {why}{}", keep_copy());
@@ -130,7 +131,7 @@ pub fn restore() {
             .iter()
             .filter(|r| l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok())
             .count();
-        (ok, decoded.routes.len() - ok)
+        (ok, decoded.routes.len() - ok + decoded.over)
     });
     let mut skipped = Vec::new();
     for (n, what) in [

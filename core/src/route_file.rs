@@ -42,12 +42,14 @@ pub struct Route {
 }
 
 /// What a file held: the routes still in force, and how many lines could
-/// not be read (the caller reports them).
+/// not be read or kept (the caller reports them).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Decoded {
     pub routes: Vec<Route>,
     pub expired: usize,
     pub bad_lines: usize,
+    /// Routes of queries beyond the first `max_routes`, not kept.
+    pub over: usize,
 }
 
 /// The routes in force among the table's entries.
@@ -83,9 +85,12 @@ fn line(l: &str) -> Option<Route> {
 
 /// Read a file's text. Routes whose time ran out by `now_us` are left out
 /// and counted. A query's later line replaces its earlier one, in the
-/// earlier one's place (as setting its route again would). A text without
-/// the header is refused whole: it is not a routes file of this version.
-pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
+/// earlier one's place (as setting its route again would). At most
+/// `max_routes` queries' routes are kept (the table cannot hold more), the
+/// rest counted: the file's byte bound alone would let short lines decode
+/// to over ten times [`MAX_ROUTES`], in the postmaster. A text without the
+/// header is refused whole: it is not a routes file of this version.
+pub fn decode(text: &str, now_us: i64, max_routes: usize) -> Result<Decoded, String> {
     let mut lines = text.lines();
     match lines.next() {
         Some(h) if h.trim_end() == HEADER => {}
@@ -101,6 +106,7 @@ pub fn decode(text: &str, now_us: i64) -> Result<Decoded, String> {
             Some(r) if r.until_us != 0 && r.until_us <= now_us => d.expired += 1,
             Some(r) => match at.entry((r.db, r.query_id)) {
                 std::collections::hash_map::Entry::Occupied(e) => d.routes[*e.get()] = r,
+                std::collections::hash_map::Entry::Vacant(_) if d.routes.len() >= max_routes => d.over += 1,
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(d.routes.len());
                     d.routes.push(r);
@@ -137,7 +143,7 @@ mod tests {
         want.sort_by_key(|r| r.query_id);
         assert_eq!(got, want);
         // Read back later: the route that ran out at 20 is counted, not kept.
-        let d = decode(&encode(&got), 20).unwrap();
+        let d = decode(&encode(&got), 20, MAX_ROUTES).unwrap();
         let mut back = d.routes.clone();
         back.sort_by_key(|r| r.query_id);
         want.retain(|r| r.query_id != 8);
@@ -156,14 +162,28 @@ mod tests {
         };
         let text = encode(&[r]);
         assert_eq!(text.len(), HEADER.len() + 1 + MAX_LINE_BYTES);
-        assert_eq!(decode(&text, 0).unwrap().routes, vec![r]);
+        assert_eq!(decode(&text, 0, MAX_ROUTES).unwrap().routes, vec![r]);
     }
 
     #[test]
     fn a_later_line_of_the_same_query_replaces_the_earlier_in_its_place() {
         let text = format!("{HEADER}\n1 42 long 0\n1 43 long 0\n2 42 long 0\n1 42 reports 500\n");
-        let d = decode(&text, 1).unwrap();
+        let d = decode(&text, 1, MAX_ROUTES).unwrap();
         assert_eq!(d.routes, vec![route(1, 42, "reports", 500), route(1, 43, "long", 0), route(2, 42, "long", 0)]);
+    }
+
+    #[test]
+    fn no_more_queries_are_kept_than_the_table_holds() {
+        // Short lines: the byte bound allows ten times MAX_ROUTES of them.
+        assert!((MAX_FILE_BYTES - HEADER.len()) / "1 1 a 0\n".len() > 10 * MAX_ROUTES);
+        // Past the cap a kept query's line still replaces its route; a new
+        // query's is counted.
+        let text =
+            format!("{HEADER}\n1 42 long 0\n1 43 long 0\n1 44 long 0\n1 42 reports 0\n1 45 long 5\n1 44 long 1\n");
+        let d = decode(&text, 1, 2).unwrap();
+        assert_eq!(d.routes, vec![route(1, 42, "reports", 0), route(1, 43, "long", 0)]);
+        assert_eq!((d.over, d.expired, d.bad_lines), (2, 1, 0));
+        assert_eq!(decode(&text, 1, 0).unwrap().over, 5);
     }
 
     #[test]
@@ -171,12 +191,12 @@ mod tests {
         let text = format!(
             "{HEADER}\n1 42 long 0\n\n1 0 long 0\n1 43 Long 0\n1 44 long -5\n1 45 long 0 extra\nx 46 long 0\n1 47\n1 49 9a 0\n2 48 a_b9 99\n"
         );
-        let d = decode(&text, 1).unwrap();
+        let d = decode(&text, 1, MAX_ROUTES).unwrap();
         assert_eq!(d.routes, vec![route(1, 42, "long", 0), route(2, 48, "a_b9", 99)]);
         assert_eq!((d.expired, d.bad_lines), (0, 7));
-        assert!(decode("", 0).unwrap_err().contains("empty"));
-        assert!(decode("pg_gatekeeper routes 2\n1 42 long 0\n", 0).unwrap_err().contains("routes 2"));
+        assert!(decode("", 0, MAX_ROUTES).unwrap_err().contains("empty"));
+        assert!(decode("pg_gatekeeper routes 2\n1 42 long 0\n", 0, MAX_ROUTES).unwrap_err().contains("routes 2"));
         let long_name = format!("{HEADER}\n1 42 {} 0\n", "a".repeat(64));
-        assert_eq!(decode(&long_name, 0).unwrap().bad_lines, 1);
+        assert_eq!(decode(&long_name, 0, MAX_ROUTES).unwrap().bad_lines, 1);
     }
 }
