@@ -43,9 +43,13 @@ fn keep_copy() -> String {
 /// before the lock goes, so it cannot take another writer's.
 fn write(routes: &[Route]) -> Result<(), String> {
     let temp = || -> std::io::Result<()> {
-        let mut f = fs::File::create(TEMP)?;
-        f.write_all(route_file::encode(routes).as_bytes())?;
-        f.sync_all()
+        // Line by line: a million routes' text is not held at once.
+        let mut f = std::io::BufWriter::new(fs::File::create(TEMP)?);
+        writeln!(f, "{}", route_file::HEADER)?;
+        for r in routes {
+            f.write_all(route_file::encode_line(r).as_bytes())?;
+        }
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()
     };
     if let Err(e) = temp().and_then(|()| fs::rename(TEMP, FILE)) {
         let _ = fs::remove_file(TEMP);
@@ -63,7 +67,8 @@ fn write(routes: &[Route]) -> Result<(), String> {
 /// server stops, and the message says it may not outlive that.
 pub fn save() {
     let result = shmem::with_routes_file_lock(|| {
-        let routes = shmem::with_gate_shared(|l| route_file::in_force(l.shapes.entries(), crate::now_us()));
+        let routes = shmem::with_gate_shared(|l| route_file::in_force(l.shapes.entries(), crate::now_us()))
+            .map_err(|e| format!("could not copy the routes: {e}"))?;
         write(&routes)
     });
     if let Err(why) = result {

@@ -52,23 +52,28 @@ pub struct Decoded {
     pub over: usize,
 }
 
-/// The routes in force among the table's entries.
-pub fn in_force(entries: &[Shape], now_us: i64) -> Vec<Route> {
-    entries
-        .iter()
-        .filter(|s| Shapes::routed_now(s, now_us))
-        .map(|s| Route { db: s.db, query_id: s.query_id, class: s.route, until_us: s.route_until_us })
-        .collect()
+/// The routes in force among the table's entries. The caller holds the
+/// gate's lock, and a table may have a million entries: the copy is
+/// reserved fallibly, so that running out of memory is an error to report
+/// rather than an abort with the lock held.
+pub fn in_force(entries: &[Shape], now_us: i64) -> Result<Vec<Route>, std::collections::TryReserveError> {
+    let routed = || entries.iter().filter(|s| Shapes::routed_now(s, now_us));
+    let mut out = Vec::new();
+    out.try_reserve_exact(routed().count())?;
+    out.extend(routed().map(|s| Route { db: s.db, query_id: s.query_id, class: s.route, until_us: s.route_until_us }));
+    Ok(out)
 }
 
-/// The file's text for `routes`.
+/// One route's line of the file, with its newline.
+pub fn encode_line(r: &Route) -> String {
+    format!("{} {} {} {}\n", r.db, r.query_id, r.class.as_str(), r.until_us)
+}
+
+/// The file's text for `routes` (the writer streams [`HEADER`] and
+/// [`encode_line`] instead, so as not to hold the whole text).
 pub fn encode(routes: &[Route]) -> String {
-    let mut out = String::with_capacity(HEADER.len() + 1 + routes.len() * 48);
-    out.push_str(HEADER);
-    out.push('\n');
-    for r in routes {
-        out.push_str(&format!("{} {} {} {}\n", r.db, r.query_id, r.class.as_str(), r.until_us));
-    }
+    let mut out = format!("{HEADER}\n");
+    routes.iter().for_each(|r| out.push_str(&encode_line(r)));
     out
 }
 
@@ -138,7 +143,7 @@ mod tests {
         // A shape the gate learned, with no route, is not written.
         t.record(6, 10, 11, 4_000_000, true, 10);
         let mut want = vec![route(5, u64::MAX, "long", 0), route(5, 7, "reports_2", 5_000), route(6, 8, "default", 20)];
-        let mut got = in_force(t.entries(), 15);
+        let mut got = in_force(t.entries(), 15).unwrap();
         got.sort_by_key(|r| r.query_id);
         want.sort_by_key(|r| r.query_id);
         assert_eq!(got, want);
@@ -149,7 +154,7 @@ mod tests {
         want.retain(|r| r.query_id != 8);
         assert_eq!((back, d.expired, d.bad_lines), (want, 1, 0));
         // Nothing in force: the header alone.
-        assert_eq!(encode(&in_force(t.entries(), 10_000)), format!("{HEADER}\n{} {} long 0\n", 5, u64::MAX));
+        assert_eq!(encode(&in_force(t.entries(), 10_000).unwrap()), format!("{HEADER}\n{} {} long 0\n", 5, u64::MAX));
     }
 
     #[test]
