@@ -94,7 +94,12 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 // Counted as routed only where it is sent along its route or
                 // into the lane (or, in dry run, would have been): not to
                 // default for want of the route's class, nor with the lane off.
-                let lane = l.shapes.lane(db, user, query_id, now);
+                // A route to a class removed since is no route: the role's
+                // own runs decide, as if it had none.
+                let lane = match l.shapes.lane(db, user, query_id, now) {
+                    Lane::Routed(c) if l.gate.class_index(c.as_str()).is_none() => l.shapes.learned(db, user, query_id),
+                    lane => lane,
+                };
                 let (index, routed) = match lane {
                     Lane::Routed(c) => l.gate.class_index(c.as_str()).map_or((DEFAULT, false), |k| (k, true)),
                     Lane::Long => match lane_mode {

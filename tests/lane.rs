@@ -293,6 +293,17 @@ fn a_route_by_hand_wins_over_the_lane_and_an_explicit_class_wins_over_both() {
     });
     once.ok("SELECT burn(0.0)");
     assert_eq!(class_admitted(&c, "reports"), 2);
+    // A route to a class removed since is no route: the lane the role
+    // learnt decides again, not `default`.
+    burn_once(&c, 0.4);
+    c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'reports')"));
+    c.set_conf(&[("pg_gatekeeper.classes", "mine")]);
+    wait_until("reports is no class any more", Duration::from_secs(5), || {
+        c.admin_i64("SELECT count(*) FROM gatekeeper.classes WHERE class = 'reports'") == 0
+    });
+    let long = class_admitted(&c, "long");
+    burn_once(&c, 0.0);
+    assert_eq!(class_admitted(&c, "long"), long + 1, "the removed class's route sent it elsewhere");
     c.assert_quiet();
 }
 

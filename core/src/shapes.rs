@@ -185,6 +185,12 @@ impl<'a> Shapes<'a> {
                 return Lane::Routed(s.route);
             }
         }
+        self.learned(db, user, query_id)
+    }
+
+    /// What role `user`'s own runs of this query taught, routes aside: the
+    /// lane of a query whose route names a class no longer defined.
+    pub fn learned(&self, db: u32, user: u32, query_id: u64) -> Lane {
         match self.find(db, user, query_id).map(|i| &self.e[i]) {
             Some(s) if s.long => Lane::Long,
             _ => Lane::Short,
