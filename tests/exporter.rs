@@ -58,6 +58,9 @@ fn the_exporter_reports_what_the_views_say() {
         ("pg_gatekeeper.max_tickets", "1"),
         ("pg_gatekeeper.exempt_roles", "exporter"),
         ("pg_gatekeeper.classes", "reports (max_active = 2)"),
+        // The waiter stays parked behind the idle holder while the exporter
+        // starts and scrapes: no admission by the progress guarantee.
+        ("pg_gatekeeper.progress_timeout", "1h"),
     ]);
     c.admin_exec("CREATE ROLE exporter LOGIN IN ROLE pg_monitor");
     // A full gate: a holder idle in its transaction, a waiter parked.

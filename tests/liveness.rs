@@ -305,16 +305,17 @@ fn the_guarantee_admits_one_batch_per_quiet_timeout() {
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
     let sleepers: Vec<Running> = (0..2).map(|k| c.app(&format!("sleep{k}")).spawn("SELECT pg_sleep(8)")).collect();
     c.wait_status("two sleepers hold the places", |s| s.admitted() == 2);
+    // Before the four connect: the guarantee's clock runs while they do.
+    let t0 = Instant::now();
     let queued: Vec<Running> = (0..4).map(|k| c.app(&format!("q{k}")).spawn("SELECT pg_sleep(8)")).collect();
     c.wait_status("four queued", |s| s.queued() == 4);
-    let t0 = Instant::now();
     c.wait_status_for("a first session admitted over the limit", STUCK_BOUND, |s| s.admitted() >= 3);
     let first = t0.elapsed();
     assert_eq!(c.status().admitted(), 3, "the first batch is one session");
     c.wait_status_for("a second batch of two", STUCK_BOUND, |s| s.admitted() >= 5);
     let second = t0.elapsed();
     // The timeout is 1 s; the clock starts at the last admission, a little
-    // before t0.
+    // before t0, or when the queue is first sampled, after it.
     assert!(first >= Duration::from_millis(700), "first batch after {first:?}");
     assert!(second > first);
     // Between the batches, the server's own clock: the guarantee logs each
@@ -440,7 +441,9 @@ fn a_class_waiting_on_its_own_queue_gets_in_beside(busy_class: &str) {
     let w = c.app("W").spawn("SELECT 2");
     // Fair sharing gives every free place to the busy class first.
     c.wait_queued("W");
-    common::assert_stays_queued(&c, &w, Duration::from_millis(700));
+    // W is owed a place ~1 s after it parks: 700 ms from its start, not
+    // from when the poll saw it queued.
+    common::assert_stays_queued(&c, &w, Duration::from_millis(700).saturating_sub(w.started.elapsed()));
     w.join_ok(STUCK_BOUND);
     wait_until("the place owed is logged", Duration::from_secs(5), || {
         c.log_text().contains("pg_gatekeeper: class default is owed a place")

@@ -241,7 +241,10 @@ fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
     assert!(Instant::now() <= deadline, "not broken within 2 s of the ALTER");
     assert!(b_done.finished <= deadline);
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
+    // The worker wakes the session before it logs the admission.
+    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit because process")
+    });
 
     a.ok("COMMIT");
     assert_eq!(
@@ -268,7 +271,10 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
     let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
+    // The worker wakes the session before it logs the admission.
+    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit because process")
+    });
 
     a.ok("COMMIT");
     c.assert_quiet();
@@ -292,6 +298,9 @@ fn deadlock_breaker_finds_the_parked_holder_of_a_lock_many_wait_on() {
     for w in waiters {
         w.join_ok(deadline.saturating_duration_since(Instant::now()));
     }
+    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
+        count_lines(&c.log_text(), "over the limit because process") >= 1
+    });
     assert_eq!(count_lines(&c.log_text(), "over the limit because process"), 1, "B, once");
     a.ok("COMMIT");
     c.assert_quiet();
@@ -328,7 +337,10 @@ fn deadlock_breaker_admits_a_blocker_whose_class_the_running_holders_do_not_serv
         o.join_ok(Duration::from_secs(10));
     }
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    assert!(c.log_text().contains("over the limit because process"), "not by the deadlock breaker");
+    // The worker wakes the session before it logs the admission.
+    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit because process")
+    });
     a.ok("COMMIT");
     c.assert_quiet();
 }
