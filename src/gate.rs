@@ -92,10 +92,9 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             // and the worker will not move it into the lane.
             let (index, pinned) = explicit.map(|k| (k, true)).unwrap_or_else(|| {
                 // Counted as routed only where it is sent along its route or
-                // into the lane (or, in dry run, would have been): not to
-                // default for want of the route's class, nor with the lane off.
-                // A route to a class removed since is no route: the role's
-                // own runs decide, as if it had none.
+                // into the lane (or, in dry run, would have been): not with
+                // the lane off. A route to a class removed since is no
+                // route: the role's own runs decide, as if it had none.
                 let lane = match l.shapes.lane(db, user, query_id, now) {
                     Lane::Routed(c) if l.gate.class_index(c.as_str()).is_none() => l.shapes.learned(db, user, query_id),
                     lane => lane,
