@@ -95,18 +95,23 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 // into the lane (or, in dry run, would have been): not with
                 // the lane off. A route to a class removed since is no
                 // route: the role's own runs decide, as if it had none.
-                let lane = match l.shapes.lane(db, user, query_id, now) {
-                    Lane::Routed(c) if l.gate.class_index(c.as_str()).is_none() => l.shapes.learned(db, user, query_id),
-                    lane => lane,
+                let lane = l.shapes.lane(db, user, query_id, now);
+                let route = match lane {
+                    Lane::Routed(c) => l.gate.class_index(c.as_str()),
+                    _ => None,
                 };
-                let (index, routed) = match lane {
-                    Lane::Routed(c) => l.gate.class_index(c.as_str()).map_or((DEFAULT, false), |k| (k, true)),
-                    Lane::Long => match lane_mode {
+                let lane = match (lane, route) {
+                    (Lane::Routed(_), None) => l.shapes.learned(db, user, query_id),
+                    _ => lane,
+                };
+                let (index, routed) = match (lane, route) {
+                    (Lane::Routed(_), Some(k)) => (k, true),
+                    (Lane::Long, _) => match lane_mode {
                         gucs::LongLane::On => (LONG, true),
                         gucs::LongLane::DryRun => (DEFAULT, true),
                         gucs::LongLane::Off => (DEFAULT, false),
                     },
-                    Lane::Short => (DEFAULT, false),
+                    _ => (DEFAULT, false),
                 };
                 if routed {
                     l.shapes.count_routed(db, user, query_id, lane);
