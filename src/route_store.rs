@@ -13,7 +13,7 @@
 //! holds the last change.
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 
 use gatekeeper_core::route_file::{self, Route};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -43,12 +43,8 @@ fn keep_copy() -> String {
 /// before the lock goes, so it cannot take another writer's.
 fn write(routes: &[Route]) -> Result<(), String> {
     let temp = || -> std::io::Result<()> {
-        // Line by line: a million routes' text is not held at once.
         let mut f = std::io::BufWriter::new(fs::File::create(TEMP)?);
-        writeln!(f, "{}", route_file::HEADER)?;
-        for r in routes {
-            f.write_all(route_file::encode_line(r).as_bytes())?;
-        }
+        route_file::encode_to(&mut f, routes)?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()
     };
     if let Err(e) = temp().and_then(|()| fs::rename(TEMP, FILE)) {

@@ -21,13 +21,13 @@ use crate::shapes::{Shape, Shapes};
 /// The first line of every routes file this version writes and reads.
 pub const HEADER: &str = "pg_gatekeeper routes 1";
 
-/// The most bytes a line of [`encode`] takes: a database OID, a query id,
+/// The most bytes a line of [`encode_to`] takes: a database OID, a query id,
 /// a class name of at most 63 bytes and a time, with their separators.
 pub const MAX_LINE_BYTES: usize = 10 + 1 + 20 + 1 + classes::MAX_NAME + 1 + 19 + 1;
 /// The most routes a file holds: one per shape entry, and
 /// `pg_gatekeeper.max_shapes` is at most a million.
 pub const MAX_ROUTES: usize = 1_000_000;
-/// The largest file [`encode`] writes. A larger one is no routes file of
+/// The largest file [`encode_to`] writes. A larger one is no routes file of
 /// ours, and is not read into memory.
 pub const MAX_FILE_BYTES: usize = HEADER.len() + 1 + MAX_ROUTES * MAX_LINE_BYTES;
 
@@ -64,17 +64,14 @@ pub fn in_force(entries: &[Shape], now_us: i64) -> Result<Vec<Route>, std::colle
     Ok(out)
 }
 
-/// One route's line of the file, with its newline.
-pub fn encode_line(r: &Route) -> String {
-    format!("{} {} {} {}\n", r.db, r.query_id, r.class.as_str(), r.until_us)
-}
-
-/// The file's text for `routes` (the writer streams [`HEADER`] and
-/// [`encode_line`] instead, so as not to hold the whole text).
-pub fn encode(routes: &[Route]) -> String {
-    let mut out = format!("{HEADER}\n");
-    routes.iter().for_each(|r| out.push_str(&encode_line(r)));
-    out
+/// Write the file's text for `routes` to `out`, line by line: a million
+/// routes' text is never held whole.
+pub fn encode_to(out: &mut impl std::io::Write, routes: &[Route]) -> std::io::Result<()> {
+    writeln!(out, "{HEADER}")?;
+    for r in routes {
+        writeln!(out, "{} {} {} {}", r.db, r.query_id, r.class.as_str(), r.until_us)?;
+    }
+    Ok(())
 }
 
 fn line(l: &str) -> Option<Route> {
@@ -126,6 +123,13 @@ pub fn decode(text: &str, now_us: i64, max_routes: usize) -> Result<Decoded, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's text for `routes`, as [`encode_to`] writes it.
+    fn encode(routes: &[Route]) -> String {
+        let mut out = Vec::new();
+        encode_to(&mut out, routes).unwrap();
+        String::from_utf8(out).unwrap()
+    }
 
     fn route(db: u32, q: u64, class: &str, until_us: i64) -> Route {
         Route { db, query_id: q, class: ClassName::new(class), until_us }
