@@ -214,6 +214,14 @@ fn a_lock_waiter_counts_as_running() {
 
 // -- 3. Deadlock breaker --------------------------------------------------------------
 
+/// Wait for the deadlock breaker's log line of an admission: the worker
+/// wakes the session before it logs, so the line can follow the join.
+fn wait_breaker_logged(c: &Cluster) {
+    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
+        c.log_text().contains("over the limit because process")
+    });
+}
+
 /// B parks on `SELECT count(*) FROM t`, holding AccessShareLock on t from
 /// parse analysis; A, the holder, then runs ALTER TABLE t, which waits on B.
 /// Only the deadlock breaker can admit B (over the limit), and both must
@@ -241,10 +249,7 @@ fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
     assert!(Instant::now() <= deadline, "not broken within 2 s of the ALTER");
     assert!(b_done.finished <= deadline);
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    // The worker wakes the session before it logs the admission.
-    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
-        c.log_text().contains("over the limit because process")
-    });
+    wait_breaker_logged(&c);
 
     a.ok("COMMIT");
     assert_eq!(
@@ -271,10 +276,7 @@ fn deadlock_breaker_admits_a_parked_lock_holder_without_lending() {
     b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
     let mut a = a_run.join_ok(deadline.saturating_duration_since(Instant::now())).session;
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    // The worker wakes the session before it logs the admission.
-    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
-        c.log_text().contains("over the limit because process")
-    });
+    wait_breaker_logged(&c);
 
     a.ok("COMMIT");
     c.assert_quiet();
@@ -298,9 +300,7 @@ fn deadlock_breaker_finds_the_parked_holder_of_a_lock_many_wait_on() {
     for w in waiters {
         w.join_ok(deadline.saturating_duration_since(Instant::now()));
     }
-    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
-        count_lines(&c.log_text(), "over the limit because process") >= 1
-    });
+    wait_breaker_logged(&c);
     assert_eq!(count_lines(&c.log_text(), "over the limit because process"), 1, "B, once");
     a.ok("COMMIT");
     c.assert_quiet();
@@ -337,10 +337,7 @@ fn deadlock_breaker_admits_a_blocker_whose_class_the_running_holders_do_not_serv
         o.join_ok(Duration::from_secs(10));
     }
     assert!(c.status().int("overflow_total") > overflow_before, "B was admitted over the limit");
-    // The worker wakes the session before it logs the admission.
-    wait_until("the deadlock breaker's admission is logged", Duration::from_secs(5), || {
-        c.log_text().contains("over the limit because process")
-    });
+    wait_breaker_logged(&c);
     a.ok("COMMIT");
     c.assert_quiet();
 }
