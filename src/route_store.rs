@@ -27,15 +27,35 @@ const FILE: &str = "pg_gatekeeper_routes";
 const TEMP: &str = "pg_gatekeeper_routes.tmp";
 /// A copy of a file whose routes were not all restored: the next write
 /// replaces the file with the routes in force, and what was skipped would
-/// be lost without a trace.
+/// be lost without a trace. A copy is never replaced: a later start that
+/// skips routes again keeps its copy as `KEPT.1`, `KEPT.2`, ... (an earlier
+/// copy holds routes the file no longer has).
 const KEPT: &str = "pg_gatekeeper_routes.skipped";
+/// The most numbered copies kept beside [`KEPT`].
+const MAX_COPIES: u32 = 99;
 
-/// Keep a copy of the file as [`KEPT`]; what to add to the log line.
+/// Keep a copy of the file under the first free name of [`KEPT`]'s; what to
+/// add to the log line.
 fn keep_copy() -> String {
-    match fs::copy(FILE, KEPT) {
-        Ok(_) => format!("; the file is kept as \"{KEPT}\""),
-        Err(e) => format!("; it could not be kept as \"{KEPT}\": {e}"),
+    let copy_to = |name: &str| -> std::io::Result<()> {
+        let mut from = fs::File::open(FILE)?;
+        let mut to = fs::OpenOptions::new().write(true).create_new(true).open(name)?;
+        if let Err(e) = std::io::copy(&mut from, &mut to).and_then(|_| to.sync_all()) {
+            let _ = fs::remove_file(name);
+            return Err(e);
+        }
+        Ok(())
+    };
+    for n in 0..=MAX_COPIES {
+        let name = if n == 0 { KEPT.to_string() } else { format!("{KEPT}.{n}") };
+        match copy_to(&name) {
+            Ok(()) if n == 0 => return format!("; the file is kept as \"{name}\""),
+            Ok(()) => return format!("; the file is kept as \"{name}\", beside earlier copies"),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return format!("; it could not be kept as \"{name}\": {e}"),
+        }
     }
+    format!("; it is not kept: \"{KEPT}\" and its {MAX_COPIES} numbered copies are there already (remove those no longer needed)")
 }
 
 /// Write `routes` to the file: what failed, and why, on an error. Called
@@ -64,12 +84,12 @@ fn write(routes: &[Route]) -> Result<(), String> {
 pub fn save() {
     let result = shmem::with_routes_file_lock(|| {
         let routes = shmem::with_gate_shared(|l| route_file::in_force(l.shapes.entries(), crate::now_us()))
-            .map_err(|e| format!("could not copy the routes: {e}"))?;
-        write(&routes)
+            .map_err(|e| (PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, format!("could not copy the routes: {e}")))?;
+        write(&routes).map_err(|why| (PgSqlErrorCode::ERRCODE_IO_ERROR, why))
     });
-    if let Err(why) = result {
+    if let Err((code, why)) = result {
         ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            code,
             format!("pg_gatekeeper: could not save the query routes to file \"{FILE}\" in the data directory: {why}"),
             function_name!(),
         )

@@ -529,12 +529,23 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     restart();
     assert_eq!(routes().len(), 3, "the routes that found no room are gone from the file");
 
-    // Not a routes file: ignored (and kept aside), and the server starts
-    // without routes.
+    // Not a routes file: ignored, and the server starts without routes. It
+    // is kept aside too, beside the earlier copy, which holds the route
+    // that found no room and is not replaced.
     std::fs::write(&file, "something else\n").unwrap();
     restart();
-    assert!(c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\""));
-    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "something else\n");
+    assert!(
+        c.log_text().contains(
+            "ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\", not \"pg_gatekeeper routes 1\"; the file is kept as \"pg_gatekeeper_routes.skipped.1\", beside earlier copies"
+        ),
+        "{}",
+        c.log_tail(5)
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), three);
+    assert_eq!(
+        std::fs::read_to_string(c.data_dir().join("pg_gatekeeper_routes.skipped.1")).unwrap(),
+        "something else\n"
+    );
     assert_eq!(routes(), vec![]);
 
     // Larger than any routes file (a sparse one, read as zeros): not read
