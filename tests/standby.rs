@@ -94,7 +94,7 @@ fn a_hot_standby_gates_by_its_own_limit_and_keeps_gating_after_promotion() {
     assert!(out.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&out.stderr));
     let mut conf = fs::read_to_string(format!("{}/postgresql.conf", standby.data())).unwrap();
     conf.push_str(&format!(
-        "\n# the standby\nport = '{}'\npg_gatekeeper.max_active = '1'\npg_gatekeeper.max_tickets = '1'\nhot_standby = on\n",
+        "\n# the standby\nport = '{}'\npg_gatekeeper.max_active = '1'\npg_gatekeeper.max_tickets = '1'\npg_gatekeeper.progress_timeout = '1h'\nhot_standby = on\n",
         standby.port
     ));
     fs::write(format!("{}/postgresql.conf", standby.data()), conf).unwrap();

@@ -20,6 +20,9 @@ const PROMPT: Duration = Duration::from_secs(2);
 
 /// Limit 1; idle holders may lend their place (automatic ticket ceiling).
 const LIMIT_ONE: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1")];
+/// Limit 1, and the progress guarantee out of the way: only lending admits
+/// a session behind a holder that waits on its client.
+const LENDING_ONLY: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.progress_timeout", "1h")];
 /// Limit 1, and the ticket ceiling switches lending off.
 const ONE_TICKET: &[(&str, &str)] = &[("pg_gatekeeper.max_active", "1"), ("pg_gatekeeper.max_tickets", "1")];
 
@@ -44,12 +47,12 @@ fn create_t(c: &Cluster) {
 
 #[test]
 fn an_idle_holder_lends_its_place() {
-    let c = Cluster::start(LIMIT_ONE);
+    let c = Cluster::start(LENDING_ONLY);
     let mut a = idle_in_transaction(&c, "A");
 
     // A holds the only ticket but waits on its client: B gets in promptly.
     let d = c.app("B").spawn("SELECT 1").join_ok(PROMPT);
-    assert!(d.elapsed < Duration::from_secs(1), "B waited {:?}", d.elapsed);
+    assert!(d.elapsed < Duration::from_millis(1500), "B waited {:?}", d.elapsed);
     assert_eq!(c.activity_state("A").as_deref(), Some("idle in transaction"), "A has not committed");
 
     // While B holds a lent place too, tickets exceed max_active.
@@ -152,7 +155,7 @@ fn a_holder_whose_statement_is_active_keeps_its_place_in_client_read() {
 
 #[test]
 fn a_holder_waiting_for_copy_data_lends_its_place() {
-    let c = Cluster::start(LIMIT_ONE);
+    let c = Cluster::start(LENDING_ONLY);
     create_t(&c);
     let mut a = c.app("A");
     a.ok("BEGIN");
@@ -171,7 +174,7 @@ fn a_holder_waiting_for_copy_data_lends_its_place() {
     });
 
     let d = c.app("B").spawn("SELECT 1").join_ok(PROMPT);
-    assert!(d.elapsed < Duration::from_secs(1), "B waited {:?}", d.elapsed);
+    assert!(d.elapsed < Duration::from_millis(1500), "B waited {:?}", d.elapsed);
     tx.send(()).unwrap();
     a.join_ok(PROMPT);
     assert_eq!(c.admin_i64("SELECT count(*) FROM t"), 2);
@@ -236,12 +239,14 @@ fn deadlock_breaker_admits_a_parked_lock_holder_while_the_holder_is_busy() {
     let a = idle_in_transaction(&c, "A");
     let overflow_before = c.status().int("overflow_total");
 
-    // A is busy (sleeping) when B parks, so A's place is not lent to B.
-    let a_run = a.spawn("SELECT pg_sleep(1); ALTER TABLE t ADD COLUMN c int");
+    // A is busy (sleeping) when B parks, so A's place is not lent to B. B
+    // must take its lock before A's ALTER does: 2 s to connect and park.
+    let a_run = a.spawn("SELECT pg_sleep(2); ALTER TABLE t ADD COLUMN c int");
     c.wait_for_event("A", "PgSleep");
-    let alter_at = Instant::now() + Duration::from_secs(1); // at the latest
+    let alter_at = Instant::now() + Duration::from_secs(2); // at the latest
     let b_run = c.app("B").spawn("SELECT count(*) FROM t");
     c.wait_queued("B");
+    assert!(Instant::now() < alter_at, "B parked only after A's sleep: the ALTER may have gone first");
 
     let deadline = alter_at + PROMPT;
     let b_done = b_run.join_ok(deadline.saturating_duration_since(Instant::now()));
@@ -459,9 +464,14 @@ impl SharedLockLoops {
 /// session-level lock someone waits for, and loop short statements, park
 /// between them holding the lock. While their queue moves they get in in
 /// their turn; admitting them over the limit each time they parked (as the
-/// breaker once did, 55 times in 8 s) breaks no cycle.
+/// breaker once did, 55 times in 8 s) breaks no cycle. A pause of the
+/// whole machine longer than the breaker's 100 ms check looks to it like a
+/// queue that stood still, so a loaded machine may give one or two such
+/// admissions in the 3 s; the rule this test guards against gives about 20.
 #[test]
 fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
+    /// Admissions over the limit a loaded machine's pauses may give.
+    const PAUSES: i64 = 2;
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
     let mut lock = SharedLockLoops::start(&c, 8, "SELECT count(*) FROM generate_series(1, 100000)");
     let before = c.status().int("overflow_total");
@@ -469,12 +479,16 @@ fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
         let s = c.status();
-        assert!(s.admitted() <= 3, "{} admitted at max_active 2 (the waiter and two places)", s.admitted());
+        let over = s.int("overflow_total") - before;
+        assert!(over <= PAUSES, "{over} admissions over the limit within {:?} while the queue moved", t0.elapsed());
+        // The waiter and two places, and one place for each admission over
+        // the limit so far.
+        assert!(s.admitted() <= 3 + over, "{} admitted at max_active 2, {over} over the limit", s.admitted());
         std::thread::sleep(Duration::from_millis(5));
     }
     let overflow = c.status().int("overflow_total") - before;
     lock.end();
-    assert_eq!(overflow, 0, "admissions over the limit while the queue moved");
+    assert!(overflow <= PAUSES, "{overflow} admissions over the limit while the queue moved");
     c.assert_quiet();
 }
 
@@ -519,6 +533,8 @@ fn a_parked_session_whose_client_dies_is_ended() {
         // noticed at once, not at the next poll: an hour-long interval must
         // not delay it.
         ("pg_gatekeeper.client_check_interval", "1h"),
+        // Nor may the progress guarantee admit the parked session first.
+        ("pg_gatekeeper.progress_timeout", "1h"),
     ]);
     let mut h = idle_in_transaction(&c, "holder");
 
@@ -586,6 +602,8 @@ fn the_gate_starts_clean_after_a_crash_restart() {
         ("pg_gatekeeper.max_active", "1"),
         ("pg_gatekeeper.max_tickets", "1"),
         ("pg_gatekeeper.history_interval", "50ms"),
+        // The parked sessions stay parked until the crash.
+        ("pg_gatekeeper.progress_timeout", "1h"),
     ]);
     let _h = idle_in_transaction(&c, "holder");
     let w1 = c.app("w1").spawn("SELECT 1");
