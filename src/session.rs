@@ -28,9 +28,10 @@ struct Local {
     /// `enabled = off`): it stays ungated until it ends, whatever a reload
     /// or a SET changes meanwhile, so that it is never parked mid-way.
     passed: Cell<bool>,
-    /// Cached exemption decision, with the settings generation and the
-    /// session user it was made for.
-    exempt: Cell<Option<(bool, u64, pg_sys::Oid)>>,
+    /// Cached exemption decision, with the settings generation, the
+    /// configuration load (`PgReloadTime`) and the session user it was made
+    /// for.
+    exempt: Cell<Option<(bool, (u64, pg_sys::TimestampTz), pg_sys::Oid)>>,
     /// Whether our slot shows us exempt (`SlotState::Exempt`) or gated, as
     /// last written; `None` before the first write.
     shown_exempt: Cell<Option<bool>>,
@@ -355,11 +356,17 @@ pub fn ensure_attached() -> usize {
     i
 }
 
-/// Whether this session is exempt, deciding again after a reload changed
-/// the exemption settings or `SET SESSION AUTHORIZATION` changed the session
-/// user. Needs a transaction (catalog lookups).
+/// Whether this session is exempt, deciding again after this process read
+/// a configuration reload, after a change to the exemption settings (a SET
+/// of them, or a reload) or when `SET SESSION AUTHORIZATION` changed the
+/// session user. Any reload, not only one that changed those settings: a
+/// role made or unmade superuser, or granted or revoked an exempt role, is
+/// noticed at the next reload, as the documentation says. Needs a
+/// transaction (catalog lookups).
 pub fn is_exempt(slot: usize) -> bool {
-    let generation = gucs::exemption_generation();
+    // SAFETY: PgReloadTime is this process's own copy of when it last read
+    // its configuration.
+    let generation = (gucs::exemption_generation(), unsafe { pg_sys::PgReloadTime });
     // SAFETY: GetSessionUserId is valid after InitPostgres; it follows SET
     // SESSION AUTHORIZATION (SET ROLE changes the current user only).
     let user = unsafe { pg_sys::GetSessionUserId() };

@@ -314,6 +314,36 @@ fn an_exempt_superuser_is_never_parked() {
     c.assert_quiet();
 }
 
+/// A role made superuser, or granted an exempt role, is exempt in its open
+/// sessions from the next reload, and gated again once that is undone: any
+/// reload decides exemption again, not only one that changes the exemption
+/// settings (before, such a session kept its first verdict until it
+/// reconnected).
+#[test]
+fn exemption_follows_role_changes_at_the_next_reload() {
+    let mut settings = ONE_TICKET.to_vec();
+    settings.push(("pg_gatekeeper.exempt_roles", "ops"));
+    let c = Cluster::start(&settings);
+    c.admin_exec("CREATE ROLE boss LOGIN; CREATE ROLE ops NOLOGIN");
+    let mut boss = c.session_as("boss", "boss");
+    boss.ok("SELECT 1");
+    assert_eq!(c.session("boss").map(|s| s.state).as_deref(), Some("idle"));
+    let mut state_after_reload = |change: &str, want: &str| {
+        let before: String = c.admin_query("SELECT pg_conf_load_time()::text", &[])[0].get(0);
+        c.admin_exec(&format!("{change}; SELECT pg_reload_conf()"));
+        wait_until(&format!("after {change} and a reload, boss shows {want}"), Duration::from_secs(5), || {
+            let loaded: String = boss.client.query_one("SELECT pg_conf_load_time()::text", &[]).unwrap().get(0);
+            loaded != before && c.session("boss").map(|s| s.state).as_deref() == Some(want)
+        });
+    };
+    state_after_reload("ALTER ROLE boss SUPERUSER", "exempt");
+    state_after_reload("ALTER ROLE boss NOSUPERUSER", "idle");
+    state_after_reload("GRANT ops TO boss", "exempt");
+    state_after_reload("REVOKE ops FROM boss", "idle");
+    drop(boss);
+    c.assert_quiet();
+}
+
 /// `pg_gatekeeper.enabled` per role and per database, as README shows it:
 /// a role or database set off walks past a full gate; with the server-wide
 /// setting off, a role set on is still gated.
