@@ -283,7 +283,9 @@ fn wait(mut guard: Parked, class: &Class) {
                 }
                 .raise();
             }
-            return; // admitted at the last moment
+            // Admitted at the last moment: a wait as long as any to log.
+            log_wait(slot, limit, queued);
+            return;
         }
         let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
         // This session's settings, or the worker's if longer: a session

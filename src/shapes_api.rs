@@ -145,6 +145,14 @@ fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: defaul
             crate::route_store::save();
             warn_without_query_ids();
         }
+        // Defined, but the gate has no entry for it yet: every entry holds a
+        // class dropped from the setting whose sessions have not ended.
+        Err(None) if gucs::classes().iter().any(|d| d.name.as_str() == class) => fail(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("class \"{class}\" has no entry free yet"),
+            "pg_gatekeeper.classes defines it, but every entry of the gate's class table still holds a class dropped from the setting whose sessions have not ended.".into(),
+            "Route the shape once those sessions have ended (gatekeeper.classes lists the classes that hold entries).",
+        ),
         Err(None) => undefined_class(class),
         Err(Some(RouteError::NoQueryId)) => unreachable!("query id 0 was refused above"),
         Err(Some(RouteError::NoRoom)) if gucs::max_shapes() == 0 => fail(

@@ -997,7 +997,7 @@ fn a_class_with_no_entry_free_is_logged_once_and_gets_one_later() {
     old.ok("SELECT 1");
     // c1 dropped and c15 defined: c1 keeps its entry while `old` holds a place.
     c.set_conf(&[("pg_gatekeeper.classes", &defs(2, 15))]);
-    let line = "class \"c15\" has no entry free yet";
+    let line = "pg_gatekeeper: class \"c15\" has no entry free yet";
     wait_until("the reload is applied and logged", Duration::from_secs(5), || count_lines(&c.log_text(), line) >= 1);
     let mut new = c.session_as("r15", "new");
     new.ok("SELECT 1");
@@ -1009,8 +1009,14 @@ fn a_class_with_no_entry_free_is_logged_once_and_gets_one_later() {
         c.admin_query("SELECT class::text FROM gatekeeper.classes", &[]).iter().map(|r| r.get(0)).collect()
     };
     assert!(!classes().contains(&"c15".to_string()));
+    // A route to it is refused as such, not as a class that is not defined.
+    let e = c.admin_try("SELECT gatekeeper.route_shape(4242, 'c15')").expect_err("a route to a class with no entry");
+    let db = e.as_db_error().unwrap_or_else(|| panic!("{e:?}"));
+    assert_eq!((db.code().code(), db.message()), ("55000", "class \"c15\" has no entry free yet"), "{db:?}");
+    assert!(db.hint().is_some(), "{db:?}");
     old.ok("COMMIT");
     wait_until("c15 has its entry", Duration::from_secs(15), || classes().contains(&"c15".to_string()));
+    c.admin_exec("SELECT gatekeeper.route_shape(4242, 'c15'), gatekeeper.unroute_shape(4242)");
     assert!(!classes().contains(&"c1".to_string()), "c1 is gone");
     new.ok("SELECT 1");
     assert_eq!(count_lines(&c.log_text(), line), logged);
