@@ -122,9 +122,8 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
             let c = &l.gate.header().classes[index];
             (r, l.gate.header().limit, Class { name: c.name, params: c.params, known })
         });
-        // Logged once the admission is recorded, outside this borrow: a
-        // log call serves interrupts, and an ERROR or FATAL there unwinds
-        // no Rust frame (see `warn_unknown_class`).
+        // Logged once the admission is recorded, outside this borrow (see
+        // `warn_unknown_class`).
         let unknown = (!class.known).then(|| name.to_string());
         (req, limit, class, unknown)
     });
@@ -177,17 +176,19 @@ static WARNED_CLASS: BackendLocal<std::cell::RefCell<String>> =
 /// class is not defined. It is never an error: the session is admitted as
 /// one with no class.
 ///
-/// Call it with no borrow held and nothing half done: PostgreSQL serves
-/// pending interrupts at the end of every message it logs, and the ERROR
-/// (a cancel) or FATAL (a terminate) raised there leaves by longjmp or
-/// process exit, past any Rust frame, dropping nothing.
+/// Call it with no borrow held and nothing half done. PostgreSQL serves
+/// pending interrupts at the end of every message it logs, where the ERROR
+/// (a cancel) or FATAL (a terminate) raised would leave by longjmp or
+/// process exit, past any Rust frame, dropping nothing: `log_held!` holds
+/// them off until the next CHECK_FOR_INTERRUPTS, but a log call can still
+/// fail on its own (out of memory).
 fn warn_unknown_class(name: &str) {
     let fresh = WARNED_CLASS.with(|w| {
         let mut w = w.borrow_mut();
         (*w != name).then(|| *w = name.to_string()).is_some()
     });
     if fresh {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: class \"{name}\" of process {} is not defined in pg_gatekeeper.classes (or has no entry free yet); its transactions are admitted as a session's with no class",
             // SAFETY: MyProcPid is set at process start.
             unsafe { pg_sys::MyProcPid }
@@ -344,7 +345,7 @@ fn log_admitted_without_worker(mono: i64, sampled_mono_us: i64) {
     } else {
         format!("has not sampled for {} ms", (mono - sampled_mono_us).max(0) / 1000)
     };
-    pgrx::log!(
+    crate::log_held!(
         "pg_gatekeeper: admitted process {} over the limit: the worker {since} and its class's queue stood still meanwhile (is the worker running? max_worker_processes)",
         // SAFETY: MyProcPid is set at process start.
         unsafe { pg_sys::MyProcPid }
@@ -382,7 +383,7 @@ fn log_wait(slot: usize, limit: u32, queued: u32) {
     }
     let waited_us = shmem::with_gate_shared(|l| l.gate.slot(slot).last_wait_us);
     if waited_us / 1000 >= min as u64 {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: process {} admitted after waiting {:.3} ms (limit {}, {} still queued)",
             // SAFETY: MyProcPid is set at process start.
             unsafe { pg_sys::MyProcPid },
@@ -427,13 +428,13 @@ pub fn release() {
 fn log_lane_change(change: Change, s: &session::Shaped) {
     let (query_id, user, db) = (s.query_id as i64, s.user, s.db);
     match (change, gucs::long_lane()) {
-        (Change::Entered, gucs::LongLane::On) => pgrx::log!(
+        (Change::Entered, gucs::LongLane::On) => crate::log_held!(
             "pg_gatekeeper: query {query_id} of role {user} in database {db} ran long; its transactions are admitted in the long lane"
         ),
-        (Change::Entered, gucs::LongLane::DryRun) => pgrx::log!(
+        (Change::Entered, gucs::LongLane::DryRun) => crate::log_held!(
             "pg_gatekeeper: query {query_id} of role {user} in database {db} ran long; its transactions would be admitted in the long lane (long_lane = dry_run)"
         ),
-        (Change::Left, _) => pgrx::log!(
+        (Change::Left, _) => crate::log_held!(
             "pg_gatekeeper: query {query_id} of role {user} in database {db} ran short {} times in a row; it leaves the long lane",
             gatekeeper_core::shapes::LEAVE_AFTER
         ),

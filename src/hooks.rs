@@ -49,11 +49,20 @@ pub fn init() {
 }
 
 /// The hot-path test shared by every hook: a gated client backend whose
-/// transaction holds no admission yet. A transaction that starts with the
-/// gate switched off for the session stays ungated until it ends.
+/// transaction holds no admission yet, and that is not exiting. A
+/// transaction that starts with the gate switched off for the session stays
+/// ungated until it ends.
 #[inline]
 fn needs_admission() -> bool {
     if session::settled() || !session::is_client_backend() {
+        return false;
+    }
+    // An exiting backend runs no client's work, but another library's exit
+    // callback may run a transaction after ours has detached the slot:
+    // attaching it again would leave it behind (ours has run), and parking
+    // there would wait with interrupts held off, past cancel and terminate.
+    // SAFETY: a backend-local flag, set by proc_exit before any exit callback.
+    if unsafe { pg_sys::proc_exit_inprogress } {
         return false;
     }
     // A reload this backend read is applied by any transaction it runs that

@@ -304,7 +304,7 @@ fn log_no_room(no_room: Vec<String>) {
         return;
     }
     for name in no_room {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: class \"{name}\" has no entry free yet; its sessions are admitted as with no class until classes dropped from pg_gatekeeper.classes have no sessions left"
         );
     }

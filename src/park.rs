@@ -54,17 +54,15 @@ impl Sleeper {
     /// `check_ms` is `client_check_interval`: 0 never looks at the client.
     /// Times here are on the monotonic clock (`crate::mono_us`).
     pub fn new(check_ms: u32, mono_us: i64) -> Sleeper {
-        // SAFETY: reads of globals set at backend start; WaitEventSetCanReportClosed
-        // only reports how latch.c was built.
-        let watch_socket = check_ms > 0
-            && unsafe {
-                !FeBeWaitSet.is_null()
-                    && pg_sys::whereToSendOutput == pg_sys::CommandDest::DestRemote
-                    && pg_sys::WaitEventSetCanReportClosed()
-            };
+        // A backend with no client socket (single-user mode) has nothing to
+        // watch or poll: pq_check_connection would use the null wait set.
+        // SAFETY: reads of globals set at backend start.
+        let remote = unsafe { !FeBeWaitSet.is_null() && pg_sys::whereToSendOutput == pg_sys::CommandDest::DestRemote };
+        // SAFETY: WaitEventSetCanReportClosed only reports how latch.c was built.
+        let watch_socket = check_ms > 0 && remote && unsafe { pg_sys::WaitEventSetCanReportClosed() };
         Sleeper {
             watch_socket,
-            poll_ms: if watch_socket { 0 } else { check_ms },
+            poll_ms: if watch_socket || !remote { 0 } else { check_ms },
             next_poll_us: mono_us + check_ms as i64 * 1000,
         }
     }

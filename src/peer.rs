@@ -76,7 +76,7 @@ fn log_refusal(from: Option<Origin>) {
         Some(Origin::Local) => "a Unix-domain socket".to_string(),
         Some(Origin::Address(ip)) => ip.to_string(),
     };
-    pgrx::log!(
+    crate::log_held!(
         "pg_gatekeeper: process {} is named as Citus's connections between nodes are, but its peer ({what}) is not in pg_gatekeeper.citus_peers; it is gated like any client",
         // SAFETY: MyProcPid is set at process start.
         unsafe { pg_sys::MyProcPid }

@@ -88,14 +88,14 @@ pub fn save() {
         write(&routes).map_err(|why| (PgSqlErrorCode::ERRCODE_IO_ERROR, why))
     });
     if let Err((code, why)) = result {
-        ErrorReport::new(
+        let report = ErrorReport::new(
             code,
             format!("pg_gatekeeper: could not save the query routes to file \"{FILE}\" in the data directory: {why}"),
             function_name!(),
         )
         .set_detail("The change is in force until the server stops; the server may start without it.")
-        .set_hint("Fix the cause, then set the route again (or end it) to write the file.")
-        .report(PgLogLevel::WARNING);
+        .set_hint("Fix the cause, then set the route again (or end it) to write the file.");
+        crate::with_interrupts_held(|| report.report(PgLogLevel::WARNING));
     }
 }
 

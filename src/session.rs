@@ -349,7 +349,7 @@ pub fn ensure_attached() -> usize {
     // Logged once attached and the exit callback registered: a log call
     // serves interrupts, and a terminate there must find the slot ours.
     if let Some(old) = left_by {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: process {old} left its queue entry or admission behind at exit; released when process {pid} took its slot"
         );
     }

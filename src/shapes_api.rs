@@ -194,14 +194,14 @@ fn warn_without_query_ids() {
         !p.is_null() && CStr::from_ptr(p).to_bytes() == b"off"
     };
     if off {
-        ErrorReport::new(
+        let report = ErrorReport::new(
             PgSqlErrorCode::ERRCODE_WARNING,
             "the route is set, but compute_query_id is off".to_string(),
             function_name!(),
         )
         .set_detail("Without query ids, the route matches no transaction.")
-        .set_hint("Set compute_query_id to auto or on (pg_gatekeeper asks for query ids in auto).")
-        .report(PgLogLevel::WARNING);
+        .set_hint("Set compute_query_id to auto or on (pg_gatekeeper asks for query ids in auto).");
+        crate::with_interrupts_held(|| report.report(PgLogLevel::WARNING));
     }
 }
 
@@ -259,14 +259,9 @@ pub fn after_utility(ran: bool) {
     }
     let now = crate::now_us();
     if shmem::with_gate(|mut l| l.shapes.forget_db(db, now)) {
-        // The database is gone: a cancel served by the WARNING of a failed
-        // write must not fail the statement that dropped it. (An ERROR
-        // resets the hold-off count itself.)
-        // SAFETY: HOLD_INTERRUPTS/RESUME_INTERRUPTS, a backend-local counter.
-        unsafe { pg_sys::InterruptHoldoffCount += 1 };
+        // The database is gone: a cancel must not fail the statement that
+        // dropped it, and `save` holds interrupts for its WARNING.
         crate::route_store::save();
-        // SAFETY: as above, the matching decrement.
-        unsafe { pg_sys::InterruptHoldoffCount -= 1 };
     }
 }
 

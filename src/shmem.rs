@@ -366,7 +366,9 @@ struct LockGuard(*mut pg_sys::LWLock);
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        // SAFETY: the lock was acquired by this process in with_lock.
+        // SAFETY: the lock was acquired by this process where the guard was
+        // made (with_lock, with_routes_file_lock); a FATAL, which the exit
+        // callback cleans up after, drops no guard.
         unsafe { pg_sys::LWLockRelease(self.0) };
     }
 }
