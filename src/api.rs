@@ -135,10 +135,11 @@ fn sessions_of(snap: &Snapshot) -> Vec<SessionInfo> {
             let counts_as_running =
                 admitted.zip(procno).map(|(s, procno)| !s.stalled && !crate::procs::waits_on_client(procno));
             // The class of the current or last request; none for a session
-            // that never asked (or is exempt).
+            // that never asked (or is exempt), or whose last class was
+            // dropped since and its entry freed (it may name another now).
             let class = slot
                 .filter(|s| s.xacts_admitted > 0 || s.times_parked > 0 || s.state != SlotState::Idle)
-                .filter(|s| s.state != SlotState::Exempt)
+                .filter(|s| s.state != SlotState::Exempt && !s.class_removed)
                 .map(|s| snap.header.classes[s.class as usize].name.as_str().to_string());
             let visible = read_all || pg_sys::has_privs_of_role(reader, be.st_userid);
             let (datname, usename, application_name) = if visible {

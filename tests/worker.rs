@@ -1016,6 +1016,12 @@ fn a_class_with_no_entry_free_is_logged_once_and_gets_one_later() {
     assert!(db.hint().is_some(), "{db:?}");
     old.ok("COMMIT");
     wait_until("c15 has its entry", Duration::from_secs(15), || classes().contains(&"c15".to_string()));
+    // `old`'s last class, c1, is gone, and its entry is c15's now: the view
+    // names no class for it, not c15.
+    let class_of = |name: &str| -> Option<String> {
+        c.admin_query("SELECT class::text FROM gatekeeper.sessions WHERE application_name = $1", &[&name])[0].get(0)
+    };
+    assert_eq!(class_of("old"), None);
     c.admin_exec("SELECT gatekeeper.route_shape(4242, 'c15'), gatekeeper.unroute_shape(4242)");
     assert!(!classes().contains(&"c1".to_string()), "c1 is gone");
     new.ok("SELECT 1");

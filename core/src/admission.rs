@@ -333,6 +333,10 @@ pub struct Slot {
     pub long_run: bool,
     /// Index in the class table of the class of the current or last request.
     pub class: u8,
+    /// The class of the last request has been dropped from the setting
+    /// since, and its entry freed (another class may hold it now): `class`
+    /// names no class of this session's. Cleared by the next request.
+    pub class_removed: bool,
     /// That class was chosen for it (the session's own class, or a route
     /// by hand): the worker never moves it into the long lane
     /// ([`Gate::move_to_lane`]).
@@ -526,6 +530,7 @@ impl<'a> Gate<'a> {
 
     /// [`Gate::set_classes`] without admitting anyone.
     fn define_classes(&mut self, defs: &[(&str, ClassParams)]) -> Vec<String> {
+        let mut freed = [false; MAX_CLASSES];
         for (k, c) in self.h.classes.iter_mut().enumerate() {
             if k == DEFAULT || k == LONG || !c.in_use {
                 continue;
@@ -537,6 +542,14 @@ impl<'a> Gate<'a> {
             // sessions or none; a dropped one keeps it while it has sessions.
             if c.admitted == 0 && c.queued == 0 && !defs.iter().any(|&(name, _)| name == c.name.as_str()) {
                 c.in_use = false;
+                freed[k] = true;
+            }
+        }
+        // The sessions whose last request was in a freed class (none holds
+        // or waits in it) no longer name it: the entry may serve another.
+        if freed.iter().any(|&f| f) {
+            for s in self.slots.iter_mut().filter(|s| freed.get(s.class as usize) == Some(&true)) {
+                s.class_removed = true;
             }
         }
         let mut no_room = vec![];
@@ -626,6 +639,7 @@ impl<'a> Gate<'a> {
         }
         let c = if class < MAX_CLASSES && self.h.classes[class].in_use { class } else { DEFAULT };
         self.slots[i].class = c as u8;
+        self.slots[i].class_removed = false;
         self.slots[i].pinned = pinned;
         // The long lane takes no ticket to admit: only its cap decides (the
         // places it takes beyond the cap count once taken).
@@ -2414,15 +2428,25 @@ mod tests {
         assert!(g.set_classes(&[], 1, &mut |_| {}).is_empty());
         assert_eq!(g.class_index("c0"), None, "no longer defined");
         assert!(g.header().classes[c].in_use, "still has sessions");
+        assert!(!g.slot(0).class_removed && !g.slot(1).class_removed, "their class is still theirs");
         g.check().unwrap();
         assert_eq!(f.release(0, 2), vec![1]);
         assert_eq!(f.release(1, 3), Vec::<usize>::new());
         let mut g = f.gate();
         g.set_classes(&[], 4, &mut |_| {});
         assert!(!g.header().classes[c].in_use);
+        // The entry is free for another class: the two sessions' last
+        // class is no longer named by it; a session of another class is
+        // left alone.
+        assert!(g.slot(0).class_removed && g.slot(1).class_removed);
+        assert!(!g.slot(2).class_removed);
         // An unknown index means default.
         assert_eq!(g.request(2, c, 5, 0), Request::Admitted);
         assert_eq!(g.slot(2).class as usize, DEFAULT);
+        // The next request names a class again (queued behind slot 2).
+        assert_eq!(g.request(0, DEFAULT, 6, 0), Request::Queued { position: 1 });
+        assert!(!g.slot(0).class_removed);
+        g.check().unwrap();
     }
 
     #[test]
