@@ -284,8 +284,9 @@ fn wait(mut guard: Parked, class: &Class) {
                 }
                 .raise();
             }
-            // Admitted at the last moment: a wait as long as any to log.
-            log_wait(slot, limit, queued);
+            // Admitted at the last moment: a wait as long as any to log
+            // (`queued`, read while queued, counted this session).
+            log_wait(slot, limit, queued.saturating_sub(1));
             return;
         }
         let mut sleep_ms = MAX_SLEEP.as_millis() as i64;
@@ -297,8 +298,8 @@ fn wait(mut guard: Parked, class: &Class) {
             progress::Look::Admit => {
                 if admit_without_worker(slot, now, sampled_mono_us, class_admitted) {
                     // Recorded as this session's before the log line, which
-                    // serves interrupts: a cancel there unwinds no Rust
-                    // frame, and the transaction's end must release it.
+                    // serves a terminate (cancels are held): the exit must
+                    // find it this session's to release it.
                     guard.armed = false;
                     session::set_admitted(true);
                     log_admitted_without_worker(mono, sampled_mono_us);

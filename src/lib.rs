@@ -104,37 +104,44 @@ pub fn mono_us() -> i64 {
     unsafe { gk_monotonic_us() }
 }
 
-/// Run `f`, a log call, with interrupts held off (HOLD_INTERRUPTS and
-/// RESUME_INTERRUPTS). PostgreSQL serves pending interrupts at the end of
-/// every message it logs (`errfinish`), and pgrx calls `errfinish` outside
-/// its guard below ERROR: a cancel served there would leave by longjmp,
-/// past the Rust frames of the caller and its callers, dropping nothing they
-/// own (undefined behaviour in Rust, and a leak at best). Held, the interrupt
-/// is served at the next CHECK_FOR_INTERRUPTS, once those frames have
-/// returned. An ERROR raised inside `f` resets the count, as `errfinish`
-/// does for every ERROR; a Rust panic restores it on its way out.
-pub fn with_interrupts_held<R>(f: impl FnOnce() -> R) -> R {
+/// Run `f`, a log call, with query cancels held off
+/// (HOLD_CANCEL_INTERRUPTS and RESUME_CANCEL_INTERRUPTS). PostgreSQL serves
+/// pending interrupts at the end of every message it logs (`errfinish`),
+/// and pgrx calls `errfinish` outside its guard below ERROR: the ERROR of a
+/// cancel (or of a statement, lock or recovery-conflict timeout, which
+/// come the same way) served there would leave by longjmp, past the Rust
+/// frames of the caller and its callers, dropping nothing they own
+/// (undefined behaviour in Rust, and a leak at best). Held, it is served at
+/// the next CHECK_FOR_INTERRUPTS, once those frames have returned. A
+/// terminate is not held: its FATAL ends the process, which resumes no
+/// frame, and it must still end a backend blocked sending a message to a
+/// client that does not read (PostgreSQL acts on it there only while no
+/// interrupt is held off). An ERROR raised inside `f` resets the count, as
+/// `errfinish` does for every ERROR; a Rust panic restores it on its way
+/// out.
+pub fn with_cancel_held<R>(f: impl FnOnce() -> R) -> R {
     struct Held;
     impl Drop for Held {
         fn drop(&mut self) {
-            // SAFETY: RESUME_INTERRUPTS: a backend-local counter, matching
-            // the increment below.
-            unsafe { pg_sys::InterruptHoldoffCount = pg_sys::InterruptHoldoffCount.saturating_sub(1) };
+            // SAFETY: RESUME_CANCEL_INTERRUPTS: a backend-local counter,
+            // matching the increment below.
+            unsafe { pg_sys::QueryCancelHoldoffCount = pg_sys::QueryCancelHoldoffCount.saturating_sub(1) };
         }
     }
-    // SAFETY: HOLD_INTERRUPTS: a backend-local counter.
-    unsafe { pg_sys::InterruptHoldoffCount += 1 };
+    // SAFETY: HOLD_CANCEL_INTERRUPTS: a backend-local counter.
+    unsafe { pg_sys::QueryCancelHoldoffCount += 1 };
     let _held = Held;
     f()
 }
 
-/// `pgrx::log!` from a backend's path, with interrupts held off
-/// ([`with_interrupts_held`]). The worker, which takes no cancel and ends
-/// by proc_exit, logs with `pgrx::log!`.
+/// `pgrx::log!` with query cancels held off ([`with_cancel_held`]), for
+/// the lines a backend writes (the worker and the postmaster, which take no
+/// cancel, pass through it too where they share a path; the worker's own
+/// lines use `pgrx::log!`).
 #[macro_export]
 macro_rules! log_held {
     ($($arg:tt)*) => {
-        $crate::with_interrupts_held(|| pgrx::log!($($arg)*))
+        $crate::with_cancel_held(|| pgrx::log!($($arg)*))
     };
 }
 

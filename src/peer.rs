@@ -65,8 +65,8 @@ pub fn trusted() -> bool {
 /// Say once per session, in the server log, that a peer was refused: a
 /// node whose connections come from an address `citus_peers` does not
 /// cover has its work gated here, queued behind the work it serves, and
-/// so slow; the line says why. A log call serves interrupts: called after
-/// the verdict is recorded, with no borrow held.
+/// so slow; the line says why. A log call serves a terminate (cancels are
+/// held): called after the verdict is recorded, with no borrow held.
 fn log_refusal(from: Option<Origin>) {
     if LOGGED.with(|l| l.replace(true)) {
         return;

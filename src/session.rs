@@ -347,7 +347,7 @@ pub fn ensure_attached() -> usize {
         l.attached.set(true);
     });
     // Logged once attached and the exit callback registered: a log call
-    // serves interrupts, and a terminate there must find the slot ours.
+    // serves a terminate (cancels are held), which must find the slot ours.
     if let Some(old) = left_by {
         crate::log_held!(
             "pg_gatekeeper: process {old} left its queue entry or admission behind at exit; released when process {pid} took its slot"

@@ -151,7 +151,7 @@ fn route_shape(queryid: Option<i64>, class: Option<ServerText>, duration: defaul
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
             format!("class \"{class}\" has no entry free yet"),
             "pg_gatekeeper.classes defines it, but every entry of the gate's class table still holds a class dropped from the setting whose sessions have not ended.".into(),
-            "Route the shape once those sessions have ended (gatekeeper.classes lists the classes that hold entries).",
+            "Route the shape once those sessions have ended and the class has its entry (gatekeeper.classes lists the classes that hold one; the worker gives a freed entry out within 10 s).",
         ),
         Err(None) => undefined_class(class),
         Err(Some(RouteError::NoQueryId)) => unreachable!("query id 0 was refused above"),
@@ -201,7 +201,7 @@ fn warn_without_query_ids() {
         )
         .set_detail("Without query ids, the route matches no transaction.")
         .set_hint("Set compute_query_id to auto or on (pg_gatekeeper asks for query ids in auto).");
-        crate::with_interrupts_held(|| report.report(PgLogLevel::WARNING));
+        crate::with_cancel_held(|| report.report(PgLogLevel::WARNING));
     }
 }
 
@@ -260,7 +260,7 @@ pub fn after_utility(ran: bool) {
     let now = crate::now_us();
     if shmem::with_gate(|mut l| l.shapes.forget_db(db, now)) {
         // The database is gone: a cancel must not fail the statement that
-        // dropped it, and `save` holds interrupts for its WARNING.
+        // dropped it, and `save` holds cancels for its WARNING.
         crate::route_store::save();
     }
 }
