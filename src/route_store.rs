@@ -34,8 +34,29 @@ const KEPT: &str = "pg_gatekeeper_routes.skipped";
 /// The most numbered copies kept beside [`KEPT`].
 const MAX_COPIES: u32 = 99;
 
-/// Keep a copy of the file under the first free name of [`KEPT`]'s; what to
-/// add to the log line.
+/// Whether files `a` and `b` hold the same bytes, read a block at a time
+/// (a routes file may be a hundred megabytes, read in the postmaster).
+fn same_bytes(a: &str, b: &str) -> std::io::Result<bool> {
+    let (mut fa, mut fb) = (fs::File::open(a)?, fs::File::open(b)?);
+    if fa.metadata()?.len() != fb.metadata()?.len() {
+        return Ok(false);
+    }
+    let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = fa.read(&mut ba)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// Keep a copy of the file under the first free name of [`KEPT`]'s, unless
+/// one of the copies already holds the same bytes (a restart that skips
+/// the same routes again); what to add to the log line.
 fn keep_copy() -> String {
     let copy_to = |name: &str| -> std::io::Result<()> {
         let mut from = fs::File::open(FILE)?;
@@ -48,6 +69,9 @@ fn keep_copy() -> String {
     };
     for n in 0..=MAX_COPIES {
         let name = if n == 0 { KEPT.to_string() } else { format!("{KEPT}.{n}") };
+        if let Ok(true) = same_bytes(FILE, &name) {
+            return format!("; the file is kept already, as \"{name}\"");
+        }
         match copy_to(&name) {
             Ok(()) if n == 0 => return format!("; the file is kept as \"{name}\""),
             Ok(()) => return format!("; the file is kept as \"{name}\", beside earlier copies"),
@@ -95,7 +119,7 @@ pub fn save() {
         )
         .set_detail("The change is in force until the server stops; the server may start without it.")
         .set_hint("Fix the cause, then set the route again (or end it) to write the file.");
-        crate::with_interrupts_held(|| report.report(PgLogLevel::WARNING));
+        crate::with_cancel_held(|| report.report(PgLogLevel::WARNING));
     }
 }
 

@@ -494,9 +494,8 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
 
     // A crash restart lays shared memory out again: the routes come back.
     let victim = c.app("victim");
-    Cluster::kill(c.pid_of("victim"), "KILL");
+    c.crash_restart(c.pid_of("victim"), Duration::from_secs(30));
     drop(victim);
-    c.reconnect_admin(Duration::from_secs(30));
     assert_eq!(routes(), want, "after a crash restart");
 
     // A file that cannot be written: a WARNING, and the route holds.
@@ -525,6 +524,15 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     );
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), three);
     assert!(routes().len() < 3, "{:?}", routes());
+    // The next start skips the same routes of the same file: its copy is
+    // there already, and no second one is made.
+    restart();
+    assert!(
+        c.log_text().contains("max_shapes; the file is kept already, as \"pg_gatekeeper_routes.skipped\""),
+        "{}",
+        c.log_tail(5)
+    );
+    assert!(!c.data_dir().join("pg_gatekeeper_routes.skipped.1").exists());
     c.admin_exec("ALTER SYSTEM RESET pg_gatekeeper.max_shapes");
     restart();
     assert_eq!(routes().len(), 3, "the routes that found no room are gone from the file");
