@@ -728,8 +728,7 @@ fn the_first_admission_sees_the_configured_limit_and_classes() {
         if round == "start" {
             // SIGKILL a backend: the postmaster reinitialises shared memory.
             let _victim = idle_in_transaction(&c, "victim");
-            Cluster::kill(c.pid_of("victim"), "KILL");
-            c.reconnect_admin(Duration::from_secs(20));
+            c.crash_restart(c.pid_of("victim"), Duration::from_secs(20));
         }
     }
 }

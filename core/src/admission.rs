@@ -1036,6 +1036,9 @@ impl<'a> Gate<'a> {
         if queued != h.queued {
             return Err(format!("queued {} but {} queued slots", h.queued, queued));
         }
+        if count(&|s| s.class_removed && matches!(s.state, SlotState::Queued | SlotState::Admitted)) != 0 {
+            return Err("a queued or admitted slot's class is marked removed".to_string());
+        }
         let stalled = count(&|s| s.stalled);
         if stalled != h.stalled || count(&|s| s.stalled && s.state != SlotState::Admitted) != 0 {
             return Err(format!("stalled {} but {} stalled slots, or a stalled slot not admitted", h.stalled, stalled));

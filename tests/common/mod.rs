@@ -282,6 +282,20 @@ impl Cluster {
         *self.admin.lock().unwrap() = fresh.unwrap();
     }
 
+    /// SIGKILL backend `pid`: the postmaster ends every backend and lays
+    /// shared memory out again. Reconnects the observer once it has: a
+    /// connection made before the postmaster noticed the crash would be
+    /// ended by it a moment later.
+    pub fn crash_restart(&self, pid: i32, timeout: Duration) {
+        const REINIT: &str = "all server processes terminated; reinitializing";
+        let before = count_lines(&self.log_text(), REINIT);
+        Cluster::kill(pid, "KILL");
+        wait_until("the postmaster reinitializes after the crash", timeout, || {
+            count_lines(&self.log_text(), REINIT) > before
+        });
+        self.reconnect_admin(timeout);
+    }
+
     /// `ALTER SYSTEM SET` each setting and reload; returns once the observer
     /// backend has reloaded and, for the limit settings, once the worker has
     /// applied them (visible in `gatekeeper.status`).
