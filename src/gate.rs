@@ -95,18 +95,16 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 // into the lane (or, in dry run, would have been): not with
                 // the lane off. A route to a class removed since is no
                 // route: the role's own runs decide, as if it had none.
-                let lane = l.shapes.lane(db, user, query_id, now);
-                let route = match lane {
-                    Lane::Routed(c) => l.gate.class_index(c.as_str()),
-                    _ => None,
-                };
-                let lane = match (lane, route) {
-                    (Lane::Routed(_), None) => l.shapes.learned(db, user, query_id),
-                    _ => lane,
+                let (lane, route) = match l.shapes.lane(db, user, query_id, now) {
+                    Lane::Routed(c) => match l.gate.class_index(c.as_str()) {
+                        Some(k) => (Lane::Routed(c), Some(k)),
+                        None => (l.shapes.learned(db, user, query_id), None),
+                    },
+                    lane => (lane, None),
                 };
                 let (index, routed) = match (lane, route) {
-                    (Lane::Routed(_), Some(k)) => (k, true),
-                    (Lane::Long, _) => match lane_mode {
+                    (_, Some(k)) => (k, true),
+                    (Lane::Long, None) => match lane_mode {
                         gucs::LongLane::On => (LONG, true),
                         gucs::LongLane::DryRun => (DEFAULT, true),
                         gucs::LongLane::Off => (DEFAULT, false),
@@ -116,7 +114,8 @@ fn admit_with(query_id: u64, at: Option<snapshot::Point>) {
                 if routed {
                     l.shapes.count_routed(db, user, query_id, lane);
                 }
-                (index, routed && matches!(lane, Lane::Routed(_)))
+                // Pinned: sent along a route.
+                (index, route.is_some())
             });
             let r = l.gate.request_pinned(slot, index, pinned, now, max_queued);
             let c = &l.gate.header().classes[index];
