@@ -515,23 +515,15 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     let three = std::fs::read_to_string(&file).unwrap();
     c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_shapes = 2");
     restart();
-    assert!(
-        c.log_text().contains(
-            "found no room under pg_gatekeeper.max_shapes; the file is kept as \"pg_gatekeeper_routes.skipped\""
-        ),
-        "{}",
-        c.log_tail(5)
+    c.assert_logged(
+        "found no room under pg_gatekeeper.max_shapes; the file is kept as \"pg_gatekeeper_routes.skipped\"",
     );
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), three);
     assert!(routes().len() < 3, "{:?}", routes());
     // The next start skips the same routes of the same file: its copy is
     // there already, and no second one is made.
     restart();
-    assert!(
-        c.log_text().contains("max_shapes; the file is kept already, as \"pg_gatekeeper_routes.skipped\""),
-        "{}",
-        c.log_tail(5)
-    );
+    c.assert_logged("max_shapes; the file is kept already, as \"pg_gatekeeper_routes.skipped\"");
     assert!(!c.data_dir().join("pg_gatekeeper_routes.skipped.1").exists());
     c.admin_exec("ALTER SYSTEM RESET pg_gatekeeper.max_shapes");
     restart();
@@ -542,13 +534,7 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     // that found no room and is not replaced.
     std::fs::write(&file, "something else\n").unwrap();
     restart();
-    assert!(
-        c.log_text().contains(
-            "ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\", not \"pg_gatekeeper routes 1\"; the file is kept as \"pg_gatekeeper_routes.skipped.1\", beside earlier copies"
-        ),
-        "{}",
-        c.log_tail(5)
-    );
+    c.assert_logged("ignoring file \"pg_gatekeeper_routes\": its first line is \"something else\", not \"pg_gatekeeper routes 1\"; the file is kept as \"pg_gatekeeper_routes.skipped.1\", beside earlier copies");
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), three);
     assert_eq!(
         std::fs::read_to_string(c.data_dir().join("pg_gatekeeper_routes.skipped.1")).unwrap(),
@@ -562,11 +548,7 @@ fn routes_outlive_a_restart_and_a_crash_restart() {
     let huge = gatekeeper_core::route_file::MAX_FILE_BYTES as u64 + 1;
     std::fs::File::create(&file).unwrap().set_len(huge).unwrap();
     restart();
-    assert!(
-        c.log_text().contains("ignoring file \"pg_gatekeeper_routes\": it is larger than any routes file"),
-        "{}",
-        c.log_tail(5)
-    );
+    c.assert_logged("ignoring file \"pg_gatekeeper_routes\": it is larger than any routes file");
     assert_eq!(routes(), vec![]);
     c.assert_quiet();
 }
@@ -605,11 +587,11 @@ fn a_dropped_databases_routes_do_not_come_back() {
     let out = c.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", log.to_str().unwrap()]);
     assert!(out.status.success(), "pg_ctl restart: {}", String::from_utf8_lossy(&out.stderr));
     c.reconnect_admin(Duration::from_secs(30));
-    assert!(c.log_text().contains("restored 2 query routes from file \"pg_gatekeeper_routes\""), "{}", c.log_tail(5));
+    c.assert_logged("restored 2 query routes from file \"pg_gatekeeper_routes\"");
     wait_until("the worker forgets the dropped database's route", Duration::from_secs(15), || {
         c.admin_i64(&format!("SELECT count(*) FROM gatekeeper.shapes WHERE dbid = {gone}")) == 0
     });
-    assert!(c.log_text().contains("forgot 1 query routes of databases that no longer exist"), "{}", c.log_tail(5));
+    c.assert_logged("forgot 1 query routes of databases that no longer exist");
     assert_eq!(
         c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE queryid = 4243 AND routed_to = 'long'"),
         1,

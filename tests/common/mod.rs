@@ -442,6 +442,12 @@ impl Cluster {
         });
     }
 
+    /// The server log holds `line`; the log's last lines are the message
+    /// where it does not.
+    pub fn assert_logged(&self, line: &str) {
+        assert!(self.log_text().contains(line), "not in the server log: {line}\n{}", self.log_tail(5));
+    }
+
     /// The tail of the server log.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = fs::read_to_string(self.dir.join("log")).unwrap_or_default();
