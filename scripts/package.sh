@@ -147,8 +147,12 @@ It fits any PostgreSQL $m server whose pg_config reports the same major.
 Install, as the user who owns the PostgreSQL installation, with PG_CONFIG
 set to that server's pg_config, from this directory:
 
-  cp pkglibdir/$EXT.so "\$("\$PG_CONFIG" --pkglibdir)/"
-  cp sharedir/extension/$EXT* "\$("\$PG_CONFIG" --sharedir)/extension/"
+  install -m 755 pkglibdir/$EXT.so "\$("\$PG_CONFIG" --pkglibdir)/"
+  install -m 644 sharedir/extension/$EXT* "\$("\$PG_CONFIG" --sharedir)/extension/"
+
+install, not cp: install writes a new file in place of the old, while cp
+rewrites the old one, which a running server has mapped (an upgrade over
+it can crash the server before its restart).
 
 Then add pg_gatekeeper to shared_preload_libraries in postgresql.conf,
 restart the server, and run in each database that should have its views:
@@ -160,8 +164,8 @@ Every released install and upgrade script is included, so UPDATE works from
 any earlier version. What changed between versions: CHANGELOG.md.
 
 Uninstall: DROP EXTENSION pg_gatekeeper in each database, remove it from
-shared_preload_libraries, restart, then delete the files the cp commands
-put there (pkglibdir and sharedir standing for the server's own):
+shared_preload_libraries, restart, then delete the files the install
+commands put there (pkglibdir and sharedir standing for the server's own):
 
 $(cd "$t" && find pkglibdir sharedir -type f | sort | sed 's/^/  /')
 NOTE

@@ -109,8 +109,9 @@ else
   tar -xzf "$tgz" -C "$work"
   top=$work/$(basename "$tgz" .tar.gz)
   # The note's commands, as written there.
-  grep -q "^  cp pkglibdir/$EXT.so" "$top/INSTALL.txt" || fail "INSTALL.txt lost its cp commands"
-  (cd "$top" && PG_CONFIG=$PG_CONFIG bash -euo pipefail -c "$(grep '^  cp ' INSTALL.txt)")
+  grep -q "^  install -m 755 pkglibdir/$EXT.so" "$top/INSTALL.txt" || fail "INSTALL.txt lost its install commands"
+  install_as_noted() { (cd "$top" && PG_CONFIG=$PG_CONFIG bash -euo pipefail -c "$(grep '^  install ' INSTALL.txt)"); }
+  install_as_noted
   mapfile -t installed < <(cd "$top" && find pkglibdir -type f | sed "s|^pkglibdir|$pkglibdir|"
     find sharedir/extension -type f | sed "s|^sharedir/extension|$extdir|")
 fi
@@ -130,6 +131,19 @@ cluster_init "$dir" $((29000 + RANDOM % 1000)) "shared_preload_libraries = '$EXT
 cluster_start "$dir"
 sql() { cluster_psql "$dir" postgres -d "${db:-postgres}" -c "$1"; }
 sql "CREATE EXTENSION $EXT" >/dev/null
+if [ -n "${top:-}" ]; then
+  # An upgrade runs the same commands over the library the running server
+  # has mapped: each must write a new file, not rewrite the mapped one. The
+  # old file, held open here, shows which: a file rewritten in place is
+  # still the one the name leads to.
+  echo "== INSTALL.txt's commands again, over the library the server has loaded"
+  exec 9<"$pkglibdir/$EXT.so"
+  install_as_noted
+  [ "$(stat -c %i "$pkglibdir/$EXT.so")" != "$(stat -L -c %i /proc/$$/fd/9)" ] ||
+    fail "INSTALL.txt's commands rewrote the loaded library in place"
+  exec 9<&-
+  [ "$(sql "SELECT count(*) FROM gatekeeper.status")" = 1 ] || fail "the server did not answer after the install"
+fi
 got=$(sql "SELECT extversion FROM pg_extension WHERE extname = '$EXT'")
 [ "$got" = "$version" ] || fail "CREATE EXTENSION gave version $got, not $version"
 sql "CREATE ROLE app LOGIN" >/dev/null
