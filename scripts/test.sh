@@ -104,7 +104,7 @@ trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "terminated"; exit 143' T
 bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
 
 step "rustfmt" 300 cargo fmt --all --check
-step "clippy (warnings denied)" 1200 cargo clippy --all-targets -- -D warnings
+step "clippy (warnings denied)" 1200 cargo clippy --workspace --all-targets -- -D warnings
 step "core unit tests" 600 cargo test -p gatekeeper_core
 
 # The integration tests talk to the installed extension over connections;
