@@ -255,10 +255,13 @@ read -r -a pm_after <<<"$(mem_of "$pm_pid")"
 crashes=$(grep -cE 'PANIC:|terminated by signal|was terminated by exception|TRAP:|reinitializing' "$log" || true)
 worker_starts=$(grep -c 'pg_gatekeeper worker started' "$log" || true)
 fatals=$(grep -c 'FATAL:' "$log" || true)
-tps=$(grep -E '^tps = ' "$dir/pgbench.log" | head -1 | sed 's/^tps = \([0-9.]*\).*/\1/')
-processed=$(grep -E 'number of transactions actually processed' "$dir/pgbench.log" | sed 's/.*: //')
-failed=$(grep -E 'number of failed transactions' "$dir/pgbench.log" | sed 's/.*: \([0-9]*\).*/\1/')
-latency=$(grep -E '^latency average' "$dir/pgbench.log" | sed 's/.*= //')
+# pgbench may have died before its summary (the check on its status says
+# so): a line it did not print is empty here, not the end of the script.
+pgbench_line() { sed -n "/$1/{s/$2/\\1/p;q}" "$dir/pgbench.log"; }
+tps=$(pgbench_line '^tps = ' '^tps = \([0-9.]*\).*')
+processed=$(pgbench_line 'number of transactions actually processed' '.*: \(.*\)')
+failed=$(pgbench_line 'number of failed transactions' '.*: \([0-9]*\).*')
+latency=$(pgbench_line '^latency average' '.*= \(.*\)')
 worker_cpu_run=$(awk -v a="$wk_cpu_start" -v b="$wk_cpu_end" 'BEGIN { printf "%.2f", b - a }')
 worker_cpu_pct=$(awk -v c="$worker_cpu_run" -v t="$t_end" 'BEGIN { if (t > 0) printf "%.2f", 100 * c / t; else print "0" }')
 
