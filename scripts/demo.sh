@@ -39,8 +39,10 @@ fi
 chmod 700 "$DEMO"
 sed -i "s/^listen_addresses = '127.0.0.1'$/listen_addresses = ''/" "$DEMO/data/postgresql.conf"
 cluster_start "$DEMO"
+# A demo made by an earlier version has that version's extension: updated.
 cluster_psql "$DEMO" postgres -d postgres \
-  -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
+  -c "SET client_min_messages = warning" -c "CREATE EXTENSION IF NOT EXISTS pg_gatekeeper" \
+  -c "ALTER EXTENSION pg_gatekeeper UPDATE" \
   -c "DO \$\$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'app') THEN CREATE ROLE app LOGIN; END IF; END\$\$"
 
 cat <<MSG
