@@ -171,11 +171,7 @@ pub fn restore() {
     };
     // One route per query: `decode` keeps a query's last line.
     let (restored, no_room) = shmem::with_gate(|mut l| {
-        let ok = decoded
-            .routes
-            .iter()
-            .filter(|r| l.shapes.route(r.db, r.query_id, r.class, r.until_us, now).is_ok())
-            .count();
+        let ok = route_file::restore(&mut l.shapes, &decoded.routes, now);
         (ok, decoded.routes.len() - ok + decoded.over)
     });
     let mut skipped = Vec::new();

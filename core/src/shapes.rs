@@ -132,6 +132,15 @@ impl<'a> Shapes<'a> {
         self.e
     }
 
+    /// The entry a route of the query id looks from first (its window's
+    /// start).
+    pub fn route_home(&self, db: u32, query_id: u64) -> usize {
+        match self.e.len() {
+            0 => 0,
+            n => home(db, ANY_ROLE, query_id, n),
+        }
+    }
+
     /// The entry indices of a key's window.
     fn window(&self, db: u32, user: u32, query_id: u64) -> impl Iterator<Item = usize> {
         let n = self.e.len();
