@@ -222,15 +222,22 @@ pub struct GateHeader {
 }
 
 impl GateHeader {
-    /// Stalled holders that do not count against the tickets: those outside
-    /// the long lane (whose holders never count), at most `limit`.
+    /// Stalled holders that do not count against the tickets, at most
+    /// `limit` of them all together, so that stall relief at most doubles
+    /// the holders: those outside the long lane first, then the lane's
+    /// beyond its cap ([`GateHeader::lane_excess`]). Stalled lane holders
+    /// within the cap take no ticket anyway.
     pub fn relieved(&self) -> u32 {
+        self.relieved_outside_lane() + self.relieved_in_lane()
+    }
+    /// Stalled holders outside the long lane that do not count, at most
+    /// `limit`.
+    fn relieved_outside_lane(&self) -> u32 {
         (self.stalled - self.classes[LONG].stalled).min(self.limit)
     }
     /// Whether some stalled holders outside the long lane are not relieved
     /// (more of them than the limit): which ones is not recorded, so then
-    /// each of them counts for the worker's readings. The lane's stalled
-    /// holders are never relieved and do not make others count.
+    /// each of them counts for the worker's readings.
     pub fn stalled_beyond_relief(&self) -> bool {
         self.stalled - self.classes[LONG].stalled > self.limit
     }
@@ -241,21 +248,33 @@ impl GateHeader {
     }
     /// Holders outside the long lane that are not relieved.
     fn counted_outside_lane(&self) -> u32 {
-        self.holders - self.classes[LONG].admitted - self.relieved()
+        self.holders - self.classes[LONG].admitted - self.relieved_outside_lane()
     }
-    /// The long lane's holders beyond its cap: places it took while nobody
-    /// else waited. They count against the tickets until the lane is back
-    /// within its cap, so that short work arriving later finds those places
-    /// taken: sessions running at once stay within the tickets plus the
-    /// cap, whenever each came. Stalled lane holders are left out, as
-    /// stall relief leaves out stalled holders elsewhere: they wait (with
-    /// the lane on, a computing holder is never marked stalled).
-    pub fn lane_excess(&self) -> u32 {
+    /// The long lane's holders beyond its cap, stalled or not.
+    fn lane_beyond_cap(&self) -> u32 {
         let lane = &self.classes[LONG];
         match lane.params.max_active {
             0 => 0,
-            cap => (lane.admitted - lane.stalled).saturating_sub(cap),
+            cap => lane.admitted.saturating_sub(cap),
         }
+    }
+    /// Stalled lane holders beyond its cap that do not count: as many as
+    /// are stalled, within what the relief of the holders outside the lane
+    /// left of `limit`.
+    fn relieved_in_lane(&self) -> u32 {
+        let left = self.limit - self.relieved_outside_lane();
+        self.classes[LONG].stalled.min(self.lane_beyond_cap()).min(left)
+    }
+    /// The long lane's holders beyond its cap that count: places it took
+    /// while nobody else waited. They count against the tickets until the
+    /// lane is back within its cap, so that short work arriving later
+    /// finds those places taken: sessions running at once stay within the
+    /// tickets plus the cap, whenever each came. Stalled ones among them
+    /// are relieved as stalled holders elsewhere are, from the same
+    /// `limit` ([`GateHeader::relieved`]): they wait (with the lane on, a
+    /// working holder is never marked stalled).
+    pub fn lane_excess(&self) -> u32 {
+        self.lane_beyond_cap() - self.relieved_in_lane()
     }
     /// Whether sessions of classes other than the long lane are queued.
     fn others_queued(&self) -> bool {
@@ -2366,10 +2385,11 @@ mod tests {
         assert!(stuck_at.is_some_and(|t| t <= 1_100_000), "stuck at {stuck_at:?}");
     }
 
-    /// Stalled holders of the long lane are never relieved: they do not
-    /// make the relieved ones outside it count.
+    /// Stalled holders of the long lane within its cap take no ticket, and
+    /// are not relieved; those beyond it are, from the same `limit` as the
+    /// holders outside the lane, after them.
     #[test]
-    fn stalled_lane_holders_leave_relief_alone() {
+    fn stalled_lane_holders_beyond_the_cap_share_the_relief() {
         let mut f = Fixture::new(16, 2);
         let mut g = f.gate();
         g.set_classes(&[("long", params(1, 0, 1))], 0, &mut |_| {});
@@ -2380,8 +2400,55 @@ mod tests {
             g.set_stalled(i, true, 2, &mut |_| {});
         }
         let h = *g.header();
-        assert_eq!((h.stalled, h.relieved()), (3, 1));
+        assert_eq!((h.stalled, h.relieved(), h.lane_excess(), h.counted()), (3, 2, 0, 0));
         assert!(!h.stalled_beyond_relief(), "the one stalled outside the lane is relieved");
+        g.check().unwrap();
+        // Two more stalled outside the lane take the whole relief: the
+        // lane's holder beyond the cap counts again.
+        g.request(3, DEFAULT, 3, 0);
+        g.request(4, DEFAULT, 3, 0);
+        g.set_stalled(3, true, 4, &mut |_| {});
+        let h = *g.header();
+        assert_eq!((h.relieved(), h.lane_excess(), h.counted()), (2, 1, 2));
+        g.check().unwrap();
+    }
+
+    /// The bound stall relief keeps: with long work past its cap (taken
+    /// while nobody else waited) and everything stalled and then running
+    /// again, the holders are at most the tickets, the lane's cap and the
+    /// limit. Relieving the lane's stalled holders apart from the limit let
+    /// 12 run here.
+    #[test]
+    fn stalled_lane_holders_open_no_way_past_the_relief_bound() {
+        let mut f = Fixture::new(32, 4);
+        long_lane(&mut f, 1);
+        let mut g = f.gate();
+        for i in 0..4 {
+            assert_eq!(g.request(i, LONG, 1, 0), Request::Admitted);
+        }
+        for i in 0..4 {
+            g.set_stalled(i, true, 2, &mut |_| {});
+        }
+        let mut next = 4;
+        for round in 0..3 {
+            for _ in 0..4 {
+                let _ = g.request(next, DEFAULT, 3 + round, 0);
+                next += 1;
+            }
+            let admitted: Vec<usize> =
+                (4..next).filter(|&i| g.slot(i).state == SlotState::Admitted && !g.slot(i).stalled).collect();
+            for i in admitted {
+                g.set_stalled(i, true, 3 + round, &mut |_| {});
+            }
+            g.check().unwrap();
+        }
+        for i in 0..next {
+            if g.slot(i).state == SlotState::Admitted {
+                g.set_stalled(i, false, 9, &mut |_| {});
+            }
+        }
+        let h = *g.header();
+        assert_eq!(h.holders, 4 + 1 + 4, "tickets 4, the lane's cap 1, the limit 4");
         g.check().unwrap();
     }
 
