@@ -151,10 +151,10 @@ impl Breaker {
             if admitted {
                 shmem::wake(slot);
                 match self.repeats.admitted(pid, mono) {
-                    1 => pgrx::log!(
+                    1 => crate::log_held!(
                         "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds"
                     ),
-                    n => pgrx::log!(
+                    n => crate::log_held!(
                         "pg_gatekeeper: admitted process {pid} over the limit because process {waiter} waits for a lock it holds ({n} times, each within {} s of the one before)",
                         breaker::REPEAT_FORGET_US / 1_000_000
                     ),
@@ -167,10 +167,26 @@ impl Breaker {
 /// Run `f` in a memory context that is deleted afterwards, so that the
 /// arrays built by the lock manager do not accumulate in the worker.
 fn in_scratch_context(f: impl FnOnce()) {
-    // SAFETY: we create a child of the current context, switch to it for the
-    // duration of `f`, switch back and delete it; nothing allocated in it
-    // escapes (`f` copies what it keeps into Rust-owned memory).
-    unsafe {
+    /// Switches back and deletes the context when dropped: also when an
+    /// ERROR in `f` comes back as a panic and unwinds through here.
+    struct Scratch {
+        cx: pg_sys::MemoryContext,
+        old: pg_sys::MemoryContext,
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            // SAFETY: `old` was current when `cx` was made current, and
+            // `cx` is ours: nothing allocated in it escapes (`f` copies what
+            // it keeps into Rust-owned memory).
+            unsafe {
+                pg_sys::MemoryContextSwitchTo(self.old);
+                pg_sys::MemoryContextDelete(self.cx);
+            }
+        }
+    }
+    // SAFETY: creates a child of the current context and makes it current;
+    // the guard puts the old one back and deletes it.
+    let _scratch = unsafe {
         let cx = pg_sys::AllocSetContextCreateInternal(
             pg_sys::CurrentMemoryContext,
             c"pg_gatekeeper deadlock check".as_ptr(),
@@ -178,9 +194,7 @@ fn in_scratch_context(f: impl FnOnce()) {
             pg_sys::ALLOCSET_DEFAULT_INITSIZE as usize,
             pg_sys::ALLOCSET_DEFAULT_MAXSIZE as usize,
         );
-        let old = pg_sys::MemoryContextSwitchTo(cx);
-        f();
-        pg_sys::MemoryContextSwitchTo(old);
-        pg_sys::MemoryContextDelete(cx);
-    }
+        Scratch { cx, old: pg_sys::MemoryContextSwitchTo(cx) }
+    };
+    f();
 }

@@ -201,11 +201,11 @@ impl Liveness {
         let quiet_ms = timeout_us / 1000;
         for (_, pid) in admitted {
             if scope == GATE {
-                pgrx::log!(
+                crate::log_held!(
                     "pg_gatekeeper: admitted process {pid} over the limit: no holder worked and nobody was admitted for {quiet_ms} ms"
                 );
             } else {
-                pgrx::log!(
+                crate::log_held!(
                     "pg_gatekeeper: admitted process {pid} over its class's cap: no holder of the class worked and nobody of it was admitted for {quiet_ms} ms"
                 );
             }
@@ -220,7 +220,7 @@ fn owe(class: usize, now: i64, timeout_us: i64) {
         l.gate.owe(class, now, wake).then(|| l.gate.header().classes[class].name)
     });
     if let Some(name) = owed {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: class {} is owed a place: the gate held its queue back, no holder of it worked and nobody of it was admitted for {} ms; its queue goes first at the next free place",
             name.as_str(),
             timeout_us / 1000

@@ -178,7 +178,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     // FATAL included), so that backends stop setting the latch of a PGPROC
     // that another process may reuse.
     unsafe { pg_sys::before_shmem_exit(Some(forget_worker), pg_sys::Datum::from(0)) };
-    pgrx::log!("pg_gatekeeper worker started");
+    crate::log_held!("pg_gatekeeper worker started");
 
     let now = crate::now_us();
     let mut next_resolve_us = 0;
@@ -242,7 +242,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         if let Some(step) = steps.observe(now, mono) {
             // Statements in flight would read as running for the step's
             // length: they are timed from here (`working::run_time_us`).
-            pgrx::log!(
+            crate::log_held!(
                 "pg_gatekeeper: the wall clock stepped forward by {} ms; the statements running now are timed from now",
                 step / 1000
             );
@@ -282,7 +282,7 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
     // SIGTERM outside a shutdown must come back, or lending, stall relief
     // and the deadlock breaker stop until the server restarts. At
     // shutdown the postmaster restarts nobody, whatever the code.
-    pgrx::log!("pg_gatekeeper worker exiting; the postmaster starts it again unless the server is shutting down");
+    crate::log_held!("pg_gatekeeper worker exiting; the postmaster starts it again unless the server is shutting down");
     // SAFETY: proc_exit runs the exit callbacks (forget_worker) and ends the
     // process, as a worker's return would, with the code we choose.
     unsafe { pg_sys::proc_exit(1) };
@@ -300,8 +300,10 @@ unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
 /// A holder is stalled when it uses the server (it does not wait on its
 /// client) and its run (its statement, or its admission if later) has
 /// lasted `stall_timeout`: a long statement, or a lock wait, which is part
-/// of one. A stalled holder that waits on its client again, or starts a
-/// new statement, is not stalled any more and counts again.
+/// of one; with the long lane on, only while it waits on others (a lock, a
+/// sleep, another server), not while it works. A stalled holder that waits
+/// on its client again, or starts a new statement, is not stalled any more
+/// and counts again.
 fn sample_and_steer(
     now: i64,
     run_floor_us: i64,
@@ -348,9 +350,14 @@ fn sample_and_steer(
             // On a CPU: no wait event, or a wait for an LWLock, which
             // computing backends contend on.
             let computes = wait == 0 || wait == pg_sys::PG_WAIT_LWLOCK;
-            // With the lane on, computing is never relieved: it moves into
-            // the lane or keeps counting where it is.
-            let stalled = long && !(lane_on && computes);
+            // Working: on a CPU or reading and writing files. A long scan
+            // does both by turns, and judged on one sample's wait it would
+            // be relieved and counted again from sample to sample.
+            let works = computes || wait == pg_sys::PG_WAIT_IO;
+            // With the lane on, working is never relieved: it moves into
+            // the lane or keeps counting where it is. Relief is for waiting
+            // on others: a lock, a sleep, another server.
+            let stalled = long && !(lane_on && works);
             busy += uses_server as u32;
             seen.push(working::Holder {
                 wait: match wait {
@@ -369,10 +376,10 @@ fn sample_and_steer(
             // wait for it; the limit's throughput probes judge those.
             computing += (long && computes) as u32;
             on_cpu += computes as u32;
-            if long && (computes || wait == pg_sys::PG_WAIT_IO) && !s.long_run {
+            if long && works && !s.long_run {
                 changes.push((i, s.admitted_at_us, Act::RanLong));
             }
-            if lane_on && long && computes && s.movable_to_lane() {
+            if lane_on && long && works && s.movable_to_lane() {
                 changes.push((i, s.admitted_at_us, Act::ToLane));
             }
             if stalled != s.stalled {
@@ -542,7 +549,7 @@ fn sample_and_steer(
         w.log();
     }
     if let Some((from, to, on_cpu, idle)) = unbound_shrink {
-        pgrx::log!(
+        crate::log_held!(
             "pg_gatekeeper: limit {from} -> {to}: nobody queued, but {on_cpu} holders on the CPUs ({:.0} % idle)",
             idle * 100.0
         );
