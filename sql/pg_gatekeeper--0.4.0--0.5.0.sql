@@ -9,6 +9,27 @@
 -- because of this script.
 \echo Use "ALTER EXTENSION pg_gatekeeper UPDATE TO '0.5.0'" to load this file. \quit
 
+-- Every object of the extension is in schema gatekeeper, and the schema's
+-- owner could rename it or drop it with all of them. CREATE EXTENSION
+-- refuses a schema of that name owned by a role that is not a superuser
+-- since 0.5.0; an install of an earlier version in such a schema is
+-- refused here too, before anything changes.
+DO $gatekeeper$
+DECLARE
+    owner name;
+BEGIN
+    SELECT r.rolname INTO owner
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+     WHERE n.nspname = 'gatekeeper' AND NOT r.rolsuper;
+    IF FOUND THEN
+        RAISE EXCEPTION 'schema "gatekeeper" is owned by role "%", which is not a superuser', owner
+            USING ERRCODE = '42501',
+                  DETAIL = 'Its owner could rename or drop the objects of the extension.',
+                  HINT = 'Make a superuser its owner (ALTER SCHEMA gatekeeper OWNER TO ...), then update the extension again.';
+    END IF;
+END
+$gatekeeper$;
+
 CREATE FUNCTION gatekeeper."shapes"() RETURNS TABLE (
 	"userid" oid,  /* pg_sys :: Oid */
 	"dbid" oid,  /* pg_sys :: Oid */

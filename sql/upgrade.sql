@@ -91,4 +91,17 @@ ALTER SCHEMA gatekeeper OWNER TO CURRENT_USER;
 CREATE EXTENSION pg_gatekeeper;
 SELECT extversion = default_version AS current FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
  WHERE e.extname = 'pg_gatekeeper';
+-- An earlier version installed in such a schema is refused at its update
+-- to this one, before anything changes.
+DROP EXTENSION pg_gatekeeper;
+ALTER SCHEMA gatekeeper OWNER TO regress_squatter;
+CREATE EXTENSION pg_gatekeeper VERSION '0.4.0';
+\set SHOW_CONTEXT never
+ALTER EXTENSION pg_gatekeeper UPDATE;
+\set SHOW_CONTEXT errors
+SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper';
+ALTER SCHEMA gatekeeper OWNER TO CURRENT_USER;
+ALTER EXTENSION pg_gatekeeper UPDATE;
+SELECT extversion = default_version AS current FROM pg_extension e JOIN pg_available_extensions a ON a.name = e.extname
+ WHERE e.extname = 'pg_gatekeeper';
 DROP ROLE regress_squatter;
