@@ -39,7 +39,12 @@ SELECT dblink_exec('b', 'BEGIN', false) AS result;
 SELECT dblink_exec('b', 'COMMIT');
 SELECT queue_timeouts_total, queued FROM gatekeeper.status;
 
--- The queue holds one: B parks, C is turned away at once.
+-- The queue holds one: B parks, C is turned away at once. B waits long
+-- enough for C's three tries on a slow machine: it connects again with a
+-- longer timeout.
+ALTER ROLE regress_app SET pg_gatekeeper.queue_timeout = '1min';
+SELECT dblink_disconnect('b');
+SELECT dblink_connect('b', regress.conninfo('regress_app'));
 SELECT dblink_send_query('b', 'SELECT ''b ran''');
 SELECT regress.wait_for('SELECT queued = 1 FROM gatekeeper.status');
 SELECT dblink_exec('c', 'SELECT 1', false) AS result;

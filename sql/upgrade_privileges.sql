@@ -1,5 +1,7 @@
 -- A DBA's privileges on the views and functions survive ALTER EXTENSION
--- UPDATE from every released version: what was revoked from PUBLIC stays
+-- UPDATE from every released version to this one (an update only as far as
+-- 0.2.0 or 0.3.0 runs those releases' scripts, which re-create views with
+-- their grant to PUBLIC): what was revoked from PUBLIC stays
 -- revoked, what was granted stays granted (grant options and column
 -- privileges included). On the objects an update keeps, pg_init_privs (the
 -- extension's own privileges, which pg_dump leaves out) stays as it was;
