@@ -609,22 +609,36 @@ impl<'a> Gate<'a> {
 
     /// Scale the configured reserves down, if need be, so that they sum to
     /// at most `limit - 1`: at least one place is never reserved, which is
-    /// what bounds every class's wait (see [`Gate::pick_class`]).
+    /// what bounds every class's wait (see [`Gate::pick_class`]). Scaled,
+    /// each class gets its share of those places rounded down, and the
+    /// places the rounding left go one each to the largest remainders (the
+    /// first class on a tie): all `limit - 1` stay reserved, where rounding
+    /// alone turned three reserves of 1 at a limit of 3 into none.
     fn recompute_reserves(&mut self) {
         let budget = self.h.limit.saturating_sub(1) as u64;
         // The lane takes no ticket: a reserve given to it has no use, and
         // must not scale the others' down.
         self.h.classes[LONG].params.reserve = 0;
         let sum: u64 = self.h.classes.iter().filter(|c| c.in_use).map(|c| c.params.reserve as u64).sum();
-        for c in self.h.classes.iter_mut() {
+        let mut remainders = [0u64; MAX_CLASSES];
+        for (k, c) in self.h.classes.iter_mut().enumerate() {
             let r = c.params.reserve as u64;
             c.reserve_in_force = if !c.in_use {
                 0
             } else if sum <= budget {
                 r as u32
             } else {
+                remainders[k] = r * budget % sum;
                 (r * budget / sum) as u32
             };
+        }
+        if sum > budget {
+            let given: u64 = self.h.classes.iter().map(|c| c.reserve_in_force as u64).sum();
+            let mut order: [usize; MAX_CLASSES] = std::array::from_fn(|k| k);
+            order.sort_by_key(|&k| (std::cmp::Reverse(remainders[k]), k));
+            for &k in order.iter().take((budget - given) as usize) {
+                self.h.classes[k].reserve_in_force += 1;
+            }
         }
     }
 
@@ -1171,10 +1185,15 @@ impl<'a> Gate<'a> {
     /// The bound on waiting: a class that has sessions queued, is below its
     /// cap and holds no place has the lowest share (0); another class takes
     /// a place before it only while that class also holds none (and then
-    /// holds one), or to fill a reserve. Because reserves in force leave at
-    /// least one place unreserved, such a class gets a place within
-    /// (classes - 1) + (sum of reserves) admissions of other classes, and
-    /// the places owed to others ([`Gate::owe`], one per class at a time).
+    /// holds one), or to fill a reserve. Reserves in force leave at least
+    /// one place unreserved, and such a class gets a place within
+    /// (classes - 1) admissions of other classes once a place frees up that
+    /// no reserve takes back, besides the places owed to others
+    /// ([`Gate::owe`], one per class at a time). A place freed by a class
+    /// that has sessions queued and is then below its reserve goes back to
+    /// it, as often as that happens: if only such places free up (the
+    /// unreserved ones held by sessions idle in a transaction), only
+    /// [`Gate::owe`] gets the class in.
     /// A class that holds places has no such bound: if those holders wait
     /// on the class's own queue (a client that needs a second connection
     /// before it commits), only [`Gate::owe`] gets its head in.
@@ -2292,6 +2311,25 @@ mod tests {
         let h = *f.gate().header();
         assert_eq!((h.classes[c[0]].reserve_in_force, h.classes[c[1]].reserve_in_force), (3, 3));
         f.gate().check().unwrap();
+    }
+
+    #[test]
+    fn reserves_scaled_down_keep_every_place_they_may_have() {
+        // Shares rounded down, the places left to the largest remainders:
+        // rounding alone gave [0, 0, 0] and [2, 0] below.
+        let in_force = |limit: u32, reserves: &[u32]| {
+            let mut f = Fixture::new(4, limit);
+            let defs: Vec<ClassParams> = reserves.iter().map(|&r| params(0, r, 1)).collect();
+            let c = define(&mut f, &defs);
+            let h = *f.gate().header();
+            f.gate().check().unwrap();
+            c.iter().map(|&k| h.classes[k].reserve_in_force).collect::<Vec<_>>()
+        };
+        assert_eq!(in_force(3, &[1, 1, 1]), vec![1, 1, 0]);
+        assert_eq!(in_force(4, &[3, 1]), vec![2, 1]);
+        assert_eq!(in_force(10, &[5, 5, 5]), vec![3, 3, 3]);
+        assert_eq!(in_force(8, &[6, 1]), vec![6, 1], "within the budget: as configured");
+        assert_eq!(in_force(1, &[2, 2]), vec![0, 0], "a limit of 1 reserves nothing");
     }
 
     #[test]
