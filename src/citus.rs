@@ -75,8 +75,10 @@ fn named_internal() -> bool {
     global_pid(application_name(), INTERNAL_PREFIX).is_some()
 }
 
-/// The name Citus gives `run_command_on_*`'s connections.
-const RUN_COMMAND_PREFIX: &[u8] = b"citus_run_command gpid=";
+/// The name Citus gives `run_command_on_*`'s connections: with a global
+/// PID since Citus 11.2 (`citus_run_command gpid=N`), without one before,
+/// so the name's start alone is what counts.
+const RUN_COMMAND_PREFIX: &[u8] = b"citus_run_command";
 
 /// This session has been seen named as `run_command_on_*`'s connection.
 static RAN_COMMANDS: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(false));
@@ -93,7 +95,7 @@ static RAN_COMMANDS: BackendLocal<Cell<bool>> = BackendLocal::new(Cell::new(fals
 /// renamed after Citus's `SET`, the session stays gated whatever name it
 /// takes next.
 pub fn note_name() {
-    if !RAN_COMMANDS.with(Cell::get) && global_pid(application_name(), RUN_COMMAND_PREFIX).is_some() {
+    if !RAN_COMMANDS.with(Cell::get) && application_name().starts_with(RUN_COMMAND_PREFIX) {
         RAN_COMMANDS.with(|r| r.set(true));
     }
 }

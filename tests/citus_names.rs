@@ -93,9 +93,10 @@ fn a_session_named_as_citus_rides_only_from_a_trusted_peer() {
     assert_eq!(c.wait_queued("citus_run_command gpid=30000000003"), 2);
     assert_stays_queued(&c, &run_command, Duration::from_millis(300));
     // Its caller's SQL names it back as the executor's (RESET puts back
-    // the start-up packet's name): gated still.
+    // the start-up packet's name): gated still. Citus before 11.2 renamed
+    // it without a global PID.
     let mut renamed = c.app("citus_internal gpid=40000000003");
-    renamed.ok("SET application_name TO 'citus_run_command gpid=40000000003'");
+    renamed.ok("SET application_name TO 'citus_run_command'");
     renamed.ok("RESET application_name");
     let renamed = renamed.spawn("SELECT 1");
     assert_eq!(c.wait_queued("citus_internal gpid=40000000003"), 3);
