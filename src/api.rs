@@ -336,7 +336,7 @@ pub fn sessions_0_2() -> TableIterator<
                 v.then(|| slot.map_or(0, |x| x.xacts_admitted as i64)),
                 v.then(|| slot.map_or(0, |x| x.times_parked as i64)),
                 v.then(|| slot.map_or(0.0, |x| ms(x.wait_total_us))),
-                slot.filter(|x| x.times_parked > 0).map(|x| ms(x.last_wait_us)),
+                slot.filter(|x| x.waits_ended() > 0).map(|x| ms(x.last_wait_us)),
             )
         })
         .collect();

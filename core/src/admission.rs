@@ -221,6 +221,14 @@ pub struct GateHeader {
     holders_head: u32,
 }
 
+impl Slot {
+    /// Waits this session ended since it started or since the statistics
+    /// were reset: its parks, less the one it is in.
+    pub fn waits_ended(&self) -> u64 {
+        self.times_parked - u64::from(self.state == SlotState::Queued && self.times_parked > 0)
+    }
+}
+
 impl GateHeader {
     /// Stalled holders that do not count against the tickets, at most
     /// `limit` of them all together, so that stall relief at most doubles
@@ -373,7 +381,8 @@ pub struct Slot {
     /// of a grant only when it wakes: until then, this is where its run
     /// starts as far as anyone watching it goes.
     pub admitted_at_us: i64,
-    /// Length of the last completed wait (admitted or abandoned).
+    /// Length of the last completed wait (admitted or abandoned); one has
+    /// ended when [`Slot::waits_ended`] is above 0.
     pub last_wait_us: u64,
     /// Transactions admitted for this session.
     pub xacts_admitted: u64,
@@ -965,7 +974,9 @@ impl<'a> Gate<'a> {
         }
         for s in self.slots.iter_mut() {
             s.xacts_admitted = 0;
-            s.times_parked = 0;
+            // A wait in progress is one since the reset: when it ends, its
+            // length is in the totals and the histogram.
+            s.times_parked = u64::from(s.state == SlotState::Queued);
             s.wait_total_us = 0;
         }
     }
@@ -1777,6 +1788,24 @@ mod tests {
         assert_eq!(g.header().stats_reset_us, 500);
         assert_eq!(g.slot(1).xacts_admitted, 0);
         assert_eq!(g.header().holders, 1, "reset keeps the live state");
+    }
+
+    #[test]
+    fn a_wait_in_progress_has_not_ended_and_counts_after_a_reset() {
+        // What sessions.last_wait_ms shows: nothing during the first wait,
+        // and a wait that began before a reset once it ends.
+        let mut f = Fixture::new(3, 1);
+        f.gate().request(0, DEFAULT, 0, 0);
+        f.gate().request(1, DEFAULT, 100, 0);
+        assert_eq!((f.gate().slot(1).times_parked, f.gate().slot(1).waits_ended()), (1, 0));
+        f.gate().reset_stats(150);
+        assert_eq!((f.gate().slot(1).times_parked, f.gate().slot(1).waits_ended()), (1, 0));
+        f.release(0, 400);
+        let s = *f.gate().slot(1);
+        assert_eq!((s.waits_ended(), s.last_wait_us, s.wait_total_us), (1, 300, 300));
+        f.gate().reset_stats(500);
+        assert_eq!(f.gate().slot(1).waits_ended(), 0, "no wait since this reset");
+        f.gate().check().unwrap();
     }
 
     #[test]
