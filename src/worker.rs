@@ -274,11 +274,15 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
         // for the next history sample, but no later than the duties on a
         // clock of their own: the settings and dropped databases' routes
         // every 10 s, the check of a limit above every client every second
-        // (a longer `history_interval` must not stretch them).
+        // (a longer `history_interval` must not stretch them). That check
+        // runs in a sample, so not before the next one is due: a longer
+        // `sample_interval` would otherwise wake the worker every
+        // millisecond until then.
         let wake_at = if queued > 0 || stalled > 0 {
             next_sample_us
         } else {
-            hist.next_at_us.min(next_resolve_us).min(adapt.unbound_at + UNBOUND_EVERY_US)
+            let unbound_due = (adapt.unbound_at + UNBOUND_EVERY_US).max(next_sample_us);
+            hist.next_at_us.min(next_resolve_us).min(unbound_due)
         };
         let sleep_ms = ((wake_at - crate::now_us()) / 1000).clamp(1, gucs::history_interval_ms() as i64);
         if !BackgroundWorker::wait_latch(Some(Duration::from_millis(sleep_ms as u64))) {
