@@ -29,9 +29,33 @@ TITLES = {
 FAMILY_ORDER = {"bare": 0, "pgbouncer": 1, "gatekeeper": 2}
 
 
+def sysbench_count_error(row):
+    """Why a sysbench row's measured window cannot be right, or None. Its
+    transactions, added up from sysbench's reports, cannot be more than the
+    latency histogram holds: every transaction that ended after the
+    warm-up, the drain included. Nor can its reports cover much more than
+    the window. Rows written before the harness checked this (one committed
+    row counted 28 s of reports for a 14 s window) are judged by it when
+    read."""
+    if not row.get("workload", "").startswith("sysbench"):
+        return None
+    window, logged = num(row.get("window_xacts")), num(row.get("logged_xacts"))
+    if window is not None and logged and window > logged:
+        return "sysbench's reports count %d transactions in the window, more than the %d it ran after the " \
+            "warm-up" % (window, logged)
+    got, dur, warm = num(row.get("window_s")), num(row.get("duration_s")), num(row.get("warmup_s")) or 0
+    if got is not None and dur is not None and got - (dur - warm) > 1.5:
+        return "sysbench's reports cover %g s of the %g s window" % (got, dur - warm)
+    return None
+
+
 def load(out):
     with open(os.path.join(out, "results.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
+    for r in rows:
+        why = sysbench_count_error(r) if r.get("status") == "ok" else None
+        if why:
+            r["status"], r["error"] = "failed", why
     meta = {}
     p = os.path.join(out, "meta.json")
     if os.path.exists(p):

@@ -14,6 +14,7 @@ import time
 from bouncer import Bouncer
 from cluster import Cluster
 from pgbench import WORKLOADS, parse_pgbench, read_logs
+from report import sysbench_count_error
 from sysbench import hist_percentile, is_sysbench, parse_sysbench
 from sysbench import run_cmd as sysbench_run_cmd
 from util import clean_env, cpu_list, log, machine_cpu, parse_cpu_list, percentile, pinned, proc_cpu_ns
@@ -429,6 +430,10 @@ class Runner:
             got = float(row.get("window_s") or 0)
             if abs(got - want) > 1.5:
                 errs.append("sysbench's reports cover %g s of the %g s window" % (got, want))
+            # Nor may they count more transactions than it ran (report.py).
+            why = sysbench_count_error(row)
+            if why and why not in errs:
+                errs.append(why)
             # sysbench's own p95 and the one read from its histogram are the
             # same computation: a difference means the histogram was misread.
             p95, mine = res.get("sysbench_p95_ms"), row.get("p95_latency_ms")
