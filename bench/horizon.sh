@@ -20,6 +20,7 @@
 # throw-away cluster on port 5499. Must run as root (runuser, the library
 # directory).
 set -euo pipefail
+failures=0
 cd "$(dirname "$0")/.."
 clients=1000 secs=30 rounds=3 scale=10 pg=15 out= bare=0 libs=() protocol=simple
 cmdline="bash bench/horizon.sh $*"
@@ -38,7 +39,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case $protocol in simple | extended | prepared) ;; *) echo "-M: simple, extended or prepared" >&2; exit 2 ;; esac
-source scripts/pg_env.sh "$pg"
+PG_MAJOR=$pg source scripts/pg_env.sh
 source scripts/cluster.sh
 source bench/libswap.sh
 libswap_check "${libs[@]}"
@@ -90,8 +91,9 @@ for r in $(seq 1 "$rounds"); do
                      WHERE backend_type = 'client backend'" 2>/dev/null || true
       done > "$samples" ) &
     sampler=$!
+    rc=0
     output=$(as_pg "$PG_BINDIR/pgbench" -n -M "$protocol" -c "$clients" -j 2 -T "$secs" -P 5 \
-      -h 127.0.0.1 -p $port -U bench postgres 2>&1 || true)
+      -h 127.0.0.1 -p $port -U bench postgres 2>&1) || rc=$?
     progress=$(grep '^progress' <<<"$output" || true)
     # The whole run's tps and average latency, from pgbench's summary: a
     # client thread that stalls prints no progress report meanwhile.
@@ -102,6 +104,13 @@ for r in $(seq 1 "$rounds"); do
     ages=$(sort -n "$samples" | awk '{a[++n]=$1} END{if(n) printf "%d\t%d", a[int((n+1)/2)], a[n]; else printf "NA\tNA"}')
     rm -f "$samples"
     pages=$(psql_pg -c "SELECT pg_relation_size('pgbench_branches')/8192 || E'\t' || pg_relation_size('pgbench_tellers')/8192")
+    # A run that failed (pgbench's status, or a transaction it counted as
+    # failed) has no figures: its row says so, and the script ends with 1.
+    if ((rc != 0)) || grep -Eq '^number of failed transactions: [1-9]' <<<"$output"; then
+      echo "pgbench failed (status $rc):" >&2
+      tail -n 5 <<<"$output" >&2
+      tps=failed run_tps=failed latency=failed failures=1
+    fi
     row="$r	$name	$clients	$protocol	$tps	${run_tps:-NA}	${latency:-NA}	$ages	$pages"
     rows+=("$row")
     echo "$row"
@@ -113,3 +122,4 @@ if [ -n "$out" ]; then
   { echo "command: $cmdline"; echo "PostgreSQL: $("$PG_BINDIR/postgres" --version)"; echo "CPUs: $(nproc)";
     echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; date -u +"finished: %FT%TZ"; } > "$out/run.txt"
 fi
+exit $((failures > 0))

@@ -6,7 +6,7 @@
 #
 # Commits are durable by default (PostgreSQL's fsync = on, synchronous_commit
 # = on); --async runs with fsync = off and synchronous_commit = off, as the
-# results before November 2026 did, and says so in the summary.
+# results dated before 2026-11-25 did, and says so in the summary.
 #
 # Report forms (--forms, both by default): `single`, the report as one
 # statement; `block`, the report inside BEGIN ... COMMIT (a gate that admits
@@ -17,7 +17,8 @@
 # class is configured anywhere but in gate-class (the reports' role is put
 # in class `reports` for that run only, by ALTER ROLE):
 #   bare        PostgreSQL without the library
-#   pgbouncer   PgBouncer 1.18, transaction pool of 8, in front of bare PostgreSQL
+#   pgbouncer   PgBouncer 1.18, transaction pools of 8, in front of bare PostgreSQL: one per
+#               user, so OLTP (oltp) and the reports (report) have 8 server connections each
 #   gate        pg_gatekeeper with its defaults (stall relief on)
 #   gate-nostall  pg_gatekeeper with stall relief off (pg_gatekeeper.stall_timeout = 0): before stall relief
 #   gate-class  pg_gatekeeper with the reports' role in a class capped at 2
