@@ -191,7 +191,9 @@ def main(argv):
         sys.exit("the sysbench workloads need sysbench (bench/run.sh installs it: apt-get install sysbench)")
     a.port = pick_port(a.port)
     a.pgbouncer_port = pick_port(a.pgbouncer_port, avoid=(a.port,))
-    ver = subprocess.run(["pgbouncer", "--version"], stdout=subprocess.PIPE, text=True).stdout
+    # Only the PgBouncer configurations need it (bench/run.sh installs it).
+    ver = subprocess.run(["pgbouncer", "--version"], stdout=subprocess.PIPE, text=True).stdout \
+        if shutil.which("pgbouncer") else ""
     m = re.search(r"PgBouncer (\d+)\.(\d+)", ver)
     if m and (int(m.group(1)), int(m.group(2))) >= (1, 21):
         a.pgbouncer_prepared = True  # protocol-level prepared statements in transaction mode

@@ -49,7 +49,11 @@ PY=/usr/bin/python3
 need_pkgs=()
 command -v pgbouncer >/dev/null || need_pkgs+=(pgbouncer)
 command -v sysbench >/dev/null || need_pkgs+=(sysbench)
-[[ -x $PG_BIN/pgbench ]] || need_pkgs+=(postgresql-15)
+# PostgreSQL 15 is Debian's; 16-18 come from scripts/deps.sh, as for the tests.
+[[ -x $PG_BIN/pgbench ]] || { [[ $PG_MAJOR == 15 ]] && need_pkgs+=(postgresql-15); } || {
+  echo "no pgbench in $PG_BIN: run bash scripts/deps.sh $PG_MAJOR first" >&2
+  exit 2
+}
 "$PY" -c 'import matplotlib' 2>/dev/null || need_pkgs+=(python3-matplotlib)
 if ((${#need_pkgs[@]})); then
   source "$repo/scripts/apt_install.sh"
