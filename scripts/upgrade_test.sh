@@ -61,7 +61,12 @@ got=$(psql_new postgres -d postgres -c "SELECT extversion FROM pg_extension WHER
 psql_new app -d postgres -c "SELECT count(*) FROM pg_class" >/dev/null || fail "a gated role's query failed"
 admitted=$(psql_new postgres -d postgres -c "SELECT admitted_total FROM gatekeeper.status")
 [ "$admitted" -ge 1 ] || fail "the gated role's transaction was not admitted through the gate"
-workers=$(psql_new postgres -d postgres -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
+# The worker starts after the postmaster accepts connections: up to 10 s.
+for _ in $(seq 100); do
+  workers=$(psql_new postgres -d postgres -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
+  [ "$workers" = 1 ] && break
+  sleep 0.1
+done
 [ "$workers" = 1 ] || fail "no pg_gatekeeper worker on the upgraded cluster"
 keep=0
 echo "ok: pg_upgrade $old -> $new keeps pg_gatekeeper $version working (views, gate, worker)"

@@ -48,7 +48,7 @@ fn holder(c: &Cluster) -> Session {
 fn begin(c: &Cluster, s: &mut Session, sql: &str) {
     let t0 = Instant::now();
     s.ok(sql);
-    assert!(t0.elapsed() < Duration::from_millis(500), "{sql} waited {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(2), "{sql} waited {:?}", t0.elapsed());
     let st = c.status();
     assert_eq!((st.admitted(), st.queued()), (1, 0), "{sql} alone took or asked for a place");
 }
@@ -165,7 +165,7 @@ fn a_bound_named_statement_first_in_a_block_parks() {
     let mut h = holder(&c);
     let t0 = Instant::now();
     assert!(matches!(w.query("BEGIN"), WireReply::Value(None)));
-    assert!(t0.elapsed() < Duration::from_millis(500), "BEGIN waited {:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(2), "BEGIN waited {:?}", t0.elapsed());
     assert_eq!(c.status().queued(), 0);
     let run = w.spawn_bind_execute("s", &["41"]);
     c.wait_queued("waiter");

@@ -158,7 +158,7 @@ fn queue_timeout_fails_a_parked_statement_with_53000_and_the_session_survives() 
     let msg = d.result.as_ref().unwrap_err().as_db_error().unwrap().message().to_string();
     assert!(msg.contains("pg_gatekeeper"), "{msg}");
     assert!(
-        d.elapsed >= Duration::from_millis(480) && d.elapsed < Duration::from_millis(1500),
+        d.elapsed >= Duration::from_millis(480) && d.elapsed < Duration::from_millis(3000),
         "timed out after {:?}, expected about 500 ms",
         d.elapsed
     );
@@ -190,7 +190,8 @@ fn a_full_queue_rejects_newcomers_at_once_with_53400() {
     let r = w3.exec("SELECT 1");
     let took = t0.elapsed();
     assert_eq!(sqlstate(&r).as_deref(), Some("53400"), "{r:?}");
-    assert!(took < Duration::from_millis(500), "rejection took {took:?}");
+    // Parked, it would fail only at its 5 s queue_timeout.
+    assert!(took < Duration::from_secs(2), "rejection took {took:?}");
     let msg = r.as_ref().unwrap_err().as_db_error().unwrap().message().to_string();
     assert!(msg.contains("pg_gatekeeper"), "{msg}");
     let s = c.status();
@@ -452,7 +453,7 @@ fn set_show_and_monitoring_queries_never_wait() {
     for sql in ["SET work_mem = '8MB'", "SHOW work_mem", "RESET work_mem"] {
         let t0 = Instant::now();
         p.ok(sql);
-        assert!(t0.elapsed() < Duration::from_millis(500), "{sql} took {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(2), "{sql} took {:?}", t0.elapsed());
     }
     // A member of pg_monitor, neither superuser nor exempt, reads the views
     // of a full gate at once, through either protocol.
@@ -461,7 +462,7 @@ fn set_show_and_monitoring_queries_never_wait() {
     for sql in ["SELECT queued FROM gatekeeper.status", "SELECT * FROM gatekeeper.sessions"] {
         let t0 = Instant::now();
         m.ok(sql);
-        assert!(t0.elapsed() < Duration::from_millis(500), "{sql} took {:?}", t0.elapsed());
+        assert!(t0.elapsed() < Duration::from_secs(2), "{sql} took {:?}", t0.elapsed());
     }
     let queued: i32 = m.client.query_one("SELECT queued FROM gatekeeper.status", &[]).unwrap().get(0);
     assert_eq!(queued, 1);

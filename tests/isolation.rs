@@ -13,9 +13,12 @@ use std::time::{Duration, Instant};
 
 use common::{sqlstate, wait_until, Cluster, Running};
 
-/// The stall timeout these tests use, and the slack they allow on top.
+/// The stall timeout these tests use, and the slack they allow on top: a
+/// sample, a wake-up and a round trip, on two CPUs that eight holders keep
+/// busy. Without relief (or the lane) the wait is the holders' 5 s, or
+/// for ever behind a lock.
 const STALL_MS: u64 = 500;
-const SLACK: Duration = Duration::from_millis(200);
+const SLACK: Duration = Duration::from_millis(1500);
 
 fn stall_conf() -> Vec<(&'static str, &'static str)> {
     vec![("pg_gatekeeper.max_active", "8"), ("pg_gatekeeper.stall_timeout", "500ms"), ("max_connections", "80")]
@@ -175,9 +178,9 @@ fn a_capped_class_never_passes_its_cap_and_others_get_in() {
     assert!(most <= 2, "{most} reports admitted at once under a cap of 2");
     assert!(most == 2, "the cap was never reached: the test did not load the class");
     // In turn behind the queued reports (about 18, two at a time, 0.3 s
-    // each) it would wait over 2 s; 250 ms leaves room for a loaded
-    // machine's pauses.
-    assert!(short <= Duration::from_millis(250), "a default-class session waited {short:?}");
+    // each) it would wait over 2 s; 1 s leaves room for a loaded machine's
+    // pauses.
+    assert!(short <= Duration::from_secs(1), "a default-class session waited {short:?}");
     c.assert_quiet();
 }
 
@@ -241,12 +244,13 @@ fn a_reserve_lets_its_class_in_while_another_saturates_the_gate() {
 #[test]
 fn a_class_timeout_and_queue_limit_name_the_class() {
     let c = classes_cluster(
-        "reports (max_active = 1, queue_timeout = 300ms, max_queued = 1)",
+        "reports (max_active = 1, queue_timeout = 3s, max_queued = 1)",
         &[("pg_gatekeeper.max_active", "4")],
     );
     let mut holder = c.session_as("rep", "holder");
     holder.ok("BEGIN; SELECT 1");
-    // Connected first: the waiter leaves the queue 300 ms after it parks.
+    // Connected first: the waiter leaves the queue 3 s after it parks, time
+    // enough for the third to be turned away meanwhile.
     let mut third = c.session_as("rep", "third");
     let waiter = c.session_as("rep", "waiter").spawn("SELECT 2");
     wait_until("the waiter is queued", Duration::from_secs(5), || class_i64(&c, "reports", "queued") == 1);
@@ -254,11 +258,11 @@ fn a_class_timeout_and_queue_limit_name_the_class() {
     assert_eq!(sqlstate(&full).as_deref(), Some("53400"), "{full:?}");
     let detail = full.unwrap_err().as_db_error().and_then(|e| e.detail().map(str::to_string)).unwrap_or_default();
     assert!(detail.contains("class \"reports\""), "53400 DETAIL: {detail}");
-    let timed_out = waiter.join(Duration::from_secs(5));
+    let timed_out = waiter.join(Duration::from_secs(10));
     assert_eq!(sqlstate(&timed_out.result).as_deref(), Some("53000"), "{:?}", timed_out.result);
     let e = timed_out.result.unwrap_err();
     let detail = e.as_db_error().and_then(|e| e.detail()).unwrap_or_default().to_string();
-    assert!(detail.contains("queue_timeout of class \"reports\" = 300 ms"), "53000 DETAIL: {detail}");
+    assert!(detail.contains("queue_timeout of class \"reports\" = 3000 ms"), "53000 DETAIL: {detail}");
     holder.ok("COMMIT");
     c.assert_quiet();
 }

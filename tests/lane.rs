@@ -53,7 +53,7 @@ fn burn_once(c: &Cluster, secs: f64) {
 fn a_shape_enters_the_lane_when_it_runs_long_and_leaves_when_it_runs_short() {
     let c = start(&[]);
     // Long by its own CPU clock, with nobody queued (no sampling needed).
-    burn_once(&c, 0.4);
+    burn_once(&c, 0.8);
     let (lane, runs, long_runs, routed) = burn_shape(&c).expect("the shape is recorded");
     assert_eq!((lane.as_str(), runs, long_runs, routed), ("long", 1, 1, 0));
     assert!(c.log_text().contains("ran long; its transactions are admitted in the long lane"));
@@ -77,7 +77,7 @@ fn a_shape_enters_the_lane_when_it_runs_long_and_leaves_when_it_runs_short() {
 #[test]
 fn the_lane_takes_no_ticket_and_is_capped_while_short_work_waits() {
     let c = start(&[("pg_gatekeeper.classes", "long (max_active = 1)")]);
-    burn_once(&c, 0.4);
+    burn_once(&c, 0.8);
     // Two long transactions: with nothing else queued, the lane may use as
     // many places as there are tickets.
     let long: Vec<Running> = (0..2).map(|k| c.app(&format!("long{k}")).spawn("SELECT burn(4.0)")).collect();
@@ -255,7 +255,7 @@ fn a_statement_after_a_clients_think_time_runs_from_its_own_start() {
 #[test]
 fn dry_run_learns_and_counts_but_routes_nothing() {
     let c = start(&[("pg_gatekeeper.long_lane", "dry_run")]);
-    burn_once(&c, 0.4);
+    burn_once(&c, 0.8);
     assert!(c.log_text().contains("would be admitted in the long lane (long_lane = dry_run)"));
     burn_once(&c, 0.0);
     let (lane, _, _, routed) = burn_shape(&c).unwrap();
@@ -267,7 +267,7 @@ fn dry_run_learns_and_counts_but_routes_nothing() {
 #[test]
 fn a_route_by_hand_wins_over_the_lane_and_an_explicit_class_wins_over_both() {
     let c = start(&[("pg_gatekeeper.classes", "reports (max_active = 1), mine")]);
-    burn_once(&c, 0.4);
+    burn_once(&c, 0.8);
     let q = burn_queryid(&c);
     c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'reports')"));
     burn_once(&c, 0.0);
@@ -295,7 +295,7 @@ fn a_route_by_hand_wins_over_the_lane_and_an_explicit_class_wins_over_both() {
     assert_eq!(class_admitted(&c, "reports"), 2);
     // A route to a class removed since is no route: the lane the role
     // learnt decides again, not `default`.
-    burn_once(&c, 0.4);
+    burn_once(&c, 0.8);
     c.admin_exec(&format!("SELECT gatekeeper.route_shape({q}, 'reports')"));
     c.set_conf(&[("pg_gatekeeper.classes", "mine")]);
     wait_until("reports is no class any more", Duration::from_secs(5), || {
@@ -320,7 +320,7 @@ fn another_roles_long_runs_leave_a_shape_out_of_the_lane() {
             .map(|r| r.get(0))
             .collect()
     };
-    c.session_as("other", "other").ok("SELECT burn(0.4)");
+    c.session_as("other", "other").ok("SELECT burn(0.8)");
     assert_eq!(lane_of("other"), ["long"]);
     // app's transaction of the same query id stays in its class.
     burn_once(&c, 0.0);
@@ -656,7 +656,7 @@ fn a_statement_that_never_started_teaches_its_shape_nothing() {
     assert_eq!(common::sqlstate(&denied).as_deref(), Some("42501"), "{denied:?}");
     a.ok("ROLLBACK TO s");
     // Long by its CPU clock, in the transaction admitted for the denied read.
-    a.ok("SELECT burn(0.4)");
+    a.ok("SELECT burn(0.8)");
     a.ok("COMMIT");
     let long = c.admin_i64("SELECT count(*) FROM gatekeeper.shapes WHERE lane = 'long'");
     assert_eq!(
@@ -670,7 +670,7 @@ fn a_statement_that_never_started_teaches_its_shape_nothing() {
     );
     // The same block with a statement that starts does teach it.
     a.ok("BEGIN");
-    a.ok("SELECT burn(0.4)");
+    a.ok("SELECT burn(0.8)");
     a.ok("COMMIT");
     assert_eq!(burn_shape(&c).map(|s| s.0).as_deref(), Some("long"));
     c.assert_quiet();
@@ -683,7 +683,7 @@ fn a_statement_that_never_started_teaches_its_shape_nothing() {
 fn a_utility_that_ran_long_and_failed_teaches_its_shape() {
     let c = start(&[]);
     c.admin_exec(
-        "CREATE PROCEDURE burn_then_fail() LANGUAGE plpgsql AS $$ BEGIN PERFORM burn(0.4); RAISE EXCEPTION 'late'; END $$;
+        "CREATE PROCEDURE burn_then_fail() LANGUAGE plpgsql AS $$ BEGIN PERFORM burn(0.8); RAISE EXCEPTION 'late'; END $$;
          GRANT EXECUTE ON PROCEDURE burn_then_fail() TO app;",
     );
     let failed = c.app("caller").exec("CALL burn_then_fail()");

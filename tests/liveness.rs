@@ -336,7 +336,8 @@ fn the_guarantee_admits_one_batch_per_quiet_timeout() {
         .collect();
     assert_eq!(at.len(), 3, "the first three admissions by the guarantee:\n{log}");
     assert!(at[1] - at[0] >= 0.9, "second batch {:.3} s after the first:\n{log}", at[1] - at[0]);
-    assert!(at[2] - at[1] < 0.1, "the second batch is one batch:\n{log}");
+    // One batch: its admissions together, batches at least 0.9 s apart.
+    assert!(at[2] - at[1] < 0.5, "the second batch is one batch:\n{log}");
     assert!(c.status().int("overflow_total") >= 3);
     for r in sleepers.into_iter().chain(queued) {
         r.join_ok(Duration::from_secs(30));
@@ -391,8 +392,12 @@ fn a_stream_of_lane_transactions_does_not_hide_a_stuck_gate() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stream = lane.looping("SELECT 'lane'::text", &stop);
     c.wait_status("the lane admits", |s| s.int("admitted_total") > 20);
+    let before = c.status().int("overflow_total");
     let w = c.app("W").spawn("SELECT 2");
     w.join_ok(STUCK_BOUND);
+    // W parked and the guarantee admitted it, over the limit: A still holds
+    // the only place (a W let straight in would not count here).
+    assert!(c.status().int("overflow_total") > before, "W got in without the guarantee");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     stream.join_ok(Duration::from_secs(10));
     a.ok("COMMIT");

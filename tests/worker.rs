@@ -466,12 +466,12 @@ impl SharedLockLoops {
 /// their turn; admitting them over the limit each time they parked (as the
 /// breaker once did, 55 times in 8 s) breaks no cycle. A pause of the
 /// whole machine longer than the breaker's 100 ms check looks to it like a
-/// queue that stood still, so a loaded machine may give one or two such
+/// queue that stood still, so a loaded machine may give a few such
 /// admissions in the 3 s; the rule this test guards against gives about 20.
 #[test]
 fn the_deadlock_breaker_leaves_a_moving_queue_alone() {
     /// Admissions over the limit a loaded machine's pauses may give.
-    const PAUSES: i64 = 2;
+    const PAUSES: i64 = 5;
     let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.max_tickets", "2")]);
     let mut lock = SharedLockLoops::start(&c, 8, "SELECT count(*) FROM generate_series(1, 100000)");
     let before = c.status().int("overflow_total");
@@ -553,10 +553,11 @@ fn a_parked_session_whose_client_dies_is_ended() {
     psql.kill().unwrap(); // SIGKILL
     psql.wait().unwrap();
     let killed = Instant::now();
-    wait_until("the lost client's backend exits", Duration::from_millis(1200), || {
+    // At once, not at the hour-long poll: 5 s is room for a loaded machine.
+    wait_until("the lost client's backend exits", Duration::from_secs(5), || {
         c.admin_i64(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")) == 0
     });
-    assert!(killed.elapsed() < Duration::from_millis(1200));
+    assert!(killed.elapsed() < Duration::from_secs(5));
 
     let s = c.status();
     assert_eq!(s.int("clients_lost_total"), 1);
@@ -583,14 +584,47 @@ fn raising_max_active_by_reload_admits_parked_sessions_at_once() {
 
     let t0 = Instant::now();
     c.set_conf(&[("pg_gatekeeper.max_active", "3")]);
-    let d1 = w1.join_ok(PROMPT);
-    let d2 = w2.join_ok(PROMPT);
+    let d1 = w1.join_ok(Duration::from_secs(5));
+    let d2 = w2.join_ok(Duration::from_secs(5));
+    // At once, not when the holder (which never commits meanwhile) ends:
+    // the bound covers the reload steps of set_conf too.
     let took = d1.finished.max(d2.finished) - t0;
-    assert!(took < Duration::from_secs(1), "admitted {took:?} after the reload");
+    assert!(took < Duration::from_secs(5), "admitted {took:?} after the reload");
     let s = c.status();
     assert_eq!((s.max_active(), s.admitted(), s.queued()), (3, 1, 0));
 
     h.ok("COMMIT");
+    c.assert_quiet();
+}
+
+/// A bad value written into postgresql.conf by hand (ALTER SYSTEM checks
+/// its value first) is refused at the reload: PostgreSQL logs it and keeps
+/// the old value, in the backends and in the worker, which runs on; the
+/// file's good changes apply.
+#[test]
+fn a_bad_value_in_the_configuration_file_keeps_the_old_one() {
+    let c = Cluster::start(&[("pg_gatekeeper.max_active", "2"), ("pg_gatekeeper.classes", "reports (max_active = 1)")]);
+    wait_until("the worker runs", Duration::from_secs(10), || c.worker_pid().is_some());
+    let worker = c.worker_pid();
+    let conf = c.dir.join("data/postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap();
+    text.push_str("pg_gatekeeper.classes = 'reports (max_active = x)'\npg_gatekeeper.max_active = 3\n");
+    std::fs::write(&conf, text).unwrap();
+    c.admin_exec("SELECT pg_reload_conf()");
+    wait_until("the worker applies the good change", Duration::from_secs(10), || c.status().max_active() == 3);
+    wait_until("the bad value is logged", Duration::from_secs(5), || {
+        c.log_text().contains("invalid value for parameter \"pg_gatekeeper.classes\"")
+    });
+    let classes: String = c.admin_query("SHOW pg_gatekeeper.classes", &[])[0].get(0);
+    assert_eq!(classes, "reports (max_active = 1)");
+    let cap: i64 = c.admin_i64("SELECT max_active::bigint FROM gatekeeper.classes WHERE class = 'reports'");
+    assert_eq!(cap, 1, "the class keeps its cap");
+    // A new session reads the file too, and keeps the old value as well.
+    let mut s = c.app("fresh");
+    let seen: String = s.client.query_one("SHOW pg_gatekeeper.classes", &[]).unwrap().get(0);
+    assert_eq!(seen, "reports (max_active = 1)");
+    s.ok("SELECT 1");
+    assert_eq!(c.worker_pid(), worker, "the worker ran on");
     c.assert_quiet();
 }
 

@@ -183,7 +183,11 @@ impl Cluster {
             panic!("pg_ctl start failed: {}\n{tail}", String::from_utf8_lossy(&out.stderr));
         }
 
-        let admin = connect_to(&dir, port, "postgres", "admin").expect("connect as postgres");
+        // No Cluster owns the server yet, so its Drop would not stop it.
+        let admin = connect_to(&dir, port, "postgres", "admin").unwrap_or_else(|e| {
+            as_postgres_env("pg_ctl", &["-D", data_s, "-m", "immediate", "-w", "stop"], env);
+            panic!("connect as postgres: {e}")
+        });
         let cluster = Cluster { dir, port, admin: Mutex::new(admin) };
         if preload {
             cluster.admin_exec("CREATE EXTENSION pg_gatekeeper");
