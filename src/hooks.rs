@@ -192,7 +192,8 @@ impl Utility {
     }
 }
 
-/// Whether `stmt` is an EXECUTE with parameters, or an EXPLAIN of one.
+/// Whether `stmt` is an EXECUTE with parameters, or an EXPLAIN of one, or
+/// of a `CREATE TABLE ... AS EXECUTE` with parameters.
 ///
 /// SAFETY: `stmt` must be a valid utility statement node (or the analysed
 /// Query an EXPLAIN holds).
@@ -211,6 +212,12 @@ unsafe fn evaluates_parameters(stmt: *mut pg_sys::Node) -> bool {
                 q.commandType == pg_sys::CmdType::CMD_UTILITY
                     && !q.utilityStmt.is_null()
                     && evaluates_parameters(q.utilityStmt)
+            }
+            // Under EXPLAIN ANALYZE it reaches EXECUTE's parameters before
+            // any statement hook (at the top level it is gated anyway).
+            T_CreateTableAsStmt => {
+                let query = (*(stmt as *mut pg_sys::CreateTableAsStmt)).query;
+                !query.is_null() && evaluates_parameters(query)
             }
             _ => false,
         }
