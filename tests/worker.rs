@@ -680,6 +680,21 @@ fn the_gate_starts_clean_after_a_crash_restart() {
 /// libpq reads what the server sent before it closed.
 #[test]
 fn a_parked_session_ends_with_57p01_when_the_postmaster_dies() {
+    /// A dead postmaster's segment (its id) and a backend that may have
+    /// outlived it: removed and killed when dropped, also on a failure.
+    struct Cleanup(Option<String>, i32);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            // Still a postgres process: not a number reused by another.
+            let cmd = std::fs::read(format!("/proc/{}/cmdline", self.1)).unwrap_or_default();
+            if String::from_utf8_lossy(&cmd).starts_with("postgres") {
+                let _ = Command::new("kill").args(["-KILL", &self.1.to_string()]).status();
+            }
+            if let Some(shmid) = &self.0 {
+                let _ = Command::new("ipcrm").args(["-m", shmid]).status();
+            }
+        }
+    }
     for interval in ["0", "1s"] {
         let mut settings = ONE_TICKET.to_vec();
         settings.push(("pg_gatekeeper.client_check_interval", interval));
@@ -698,6 +713,13 @@ fn a_parked_session_ends_with_57p01_when_the_postmaster_dies() {
         c.wait_queued("waiter");
         let pid_file = std::fs::read_to_string(c.data_dir().join("postmaster.pid")).unwrap();
         let postmaster: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+        // The postmaster would have removed its System V segment at its next
+        // start; it is marked for removal (it goes when the last backend
+        // leaves) whatever happens, and the waiter's backend, which this
+        // test expects gone, is killed if it is not.
+        let waiter_pid = c.pid_of("waiter");
+        let _cleanup =
+            Cleanup(pid_file.lines().nth(6).and_then(|l| l.split_whitespace().nth(1)).map(str::to_string), waiter_pid);
         Cluster::kill(postmaster, "KILL");
         let mut waiter = waiter;
         let gone = Instant::now();
@@ -710,11 +732,6 @@ fn a_parked_session_ends_with_57p01_when_the_postmaster_dies() {
         }
         let out = waiter.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        // The postmaster would have removed its System V segment at its next
-        // start; mark it for removal (it goes when the last backend leaves).
-        if let Some(shmid) = pid_file.lines().nth(6).and_then(|l| l.split_whitespace().nth(1)) {
-            let _ = Command::new("ipcrm").args(["-m", shmid]).status();
-        }
         assert!(
             stderr.contains("FATAL:  57P01: terminating connection due to unexpected postmaster exit"),
             "client_check_interval = {interval}: psql said: {stderr}"
@@ -967,7 +984,7 @@ fn a_reload_applies_while_the_worker_is_away() {
     c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 5");
     wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
     let pid = c.worker_pid().expect("the worker runs");
-    Cluster::kill(pid, "STOP");
+    let stopped = Cluster::stop_process(pid);
     c.admin_exec("SELECT pg_reload_conf()");
     // A backend that reloaded applies the new limit at its next transaction
     // (the gated one's, or the observer's own reading of the status).
@@ -976,7 +993,7 @@ fn a_reload_applies_while_the_worker_is_away() {
         s.ok("SELECT 1");
         c.status().max_active() == 5
     });
-    Cluster::kill(pid, "CONT");
+    drop(stopped);
     c.assert_quiet();
 }
 
@@ -993,7 +1010,7 @@ fn a_lowered_limit_binds_while_the_worker_is_away() {
     c.wait_status("4 holders on 4 tickets", |s| s.admitted() == 4 && s.tickets() == 4);
     wait_until("the worker runs", Duration::from_secs(5), || c.worker_pid().is_some());
     let pid = c.worker_pid().expect("the worker runs");
-    Cluster::kill(pid, "STOP");
+    let stopped = Cluster::stop_process(pid);
     c.admin_exec("ALTER SYSTEM SET pg_gatekeeper.max_active = 1");
     c.admin_exec("SELECT pg_reload_conf()");
     // The observer's reading of the status applies the reload.
@@ -1008,7 +1025,7 @@ fn a_lowered_limit_binds_while_the_worker_is_away() {
     }
     holders[3].ok("COMMIT");
     w.join_ok(PROMPT);
-    Cluster::kill(pid, "CONT");
+    drop(stopped);
     c.assert_quiet();
 }
 

@@ -465,6 +465,14 @@ impl Cluster {
         assert!(st.success(), "kill -{signal} {pid}");
     }
 
+    /// Stop process `pid` (SIGSTOP) until the guard is dropped, also when
+    /// the test fails meanwhile: a stopped process left behind would hold
+    /// the cluster's shutdown until the postmaster's SIGKILL.
+    pub fn stop_process(pid: i32) -> Stopped {
+        Cluster::kill(pid, "STOP");
+        Stopped(pid)
+    }
+
     // -- added for the chaos and restart tests (tests/chaos/) ---------------
 
     /// Like [`Cluster::connect`], but a failure is returned instead of
@@ -566,6 +574,15 @@ pub fn connect_to(dir: &Path, port: u16, user: &str, name: &str) -> Result<Clien
 /// Like [`connect_to`], to database `dbname`.
 pub fn connect_to_db(dir: &Path, port: u16, user: &str, dbname: &str, name: &str) -> Result<Client, postgres::Error> {
     postgres::Config::new().host_path(dir).port(port).user(user).dbname(dbname).application_name(name).connect(NoTls)
+}
+
+/// A process stopped by [`Cluster::stop_process`]: continued when dropped.
+pub struct Stopped(i32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-CONT").arg(self.0.to_string()).status();
+    }
 }
 
 /// A client connection with a name (its `application_name`).
