@@ -245,7 +245,9 @@ fn a_reserve_lets_its_class_in_while_another_saturates_the_gate() {
 fn a_class_timeout_and_queue_limit_name_the_class() {
     let c = classes_cluster(
         "reports (max_active = 1, queue_timeout = 3s, max_queued = 1)",
-        &[("pg_gatekeeper.max_active", "4")],
+        // The holder idles: the progress guarantee must not admit the
+        // waiter before its timeout.
+        &[("pg_gatekeeper.max_active", "4"), ("pg_gatekeeper.progress_timeout", "1h")],
     );
     let mut holder = c.session_as("rep", "holder");
     holder.ok("BEGIN; SELECT 1");
