@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # pg_gatekeeper benchmark: bare PostgreSQL vs PgBouncer vs pg_gatekeeper.
 #
-#   bench/run.sh                 full run (all workloads, 8..1000 clients, 3 rounds, 16 s per run measured after 6 s)
+#   bench/run.sh                 full run (pgbench: tpcb, select, slow; 8..1000 clients, 3 rounds, 16 s per run measured after 6 s)
 #   bench/run.sh --smoke         CI smoke: 16 clients, 3 s, 1 round, every configuration and workload
 #   bench/run.sh --overhead      backend CPU per statement, library loaded vs not (1 client)
-#   bench/run.sh --help          every option (passed on to bench/bench.py)
+#   bench/run.sh --help          this header's options, then bench/bench.py's
 #
 # Options handled here, the rest go to bench.py:
 #   --no-build   do not build and install the release extension (use what is installed)
@@ -27,7 +27,9 @@ for a in "$@"; do
     --no-build) build=no ;;
     --build) build=yes ;;
     --smoke) smoke=1; args+=("$a") ;;
-    -h|--help) exec python3 "$here/bench.py" --help ;;
+    -h|--help)
+      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+      exec python3 "$here/bench.py" --help ;;
     *) args+=("$a") ;;
   esac
 done
