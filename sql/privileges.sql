@@ -61,6 +61,31 @@ SELECT * FROM dblink('member', 'SELECT 1') AS t(x int);
 SELECT state FROM gatekeeper.sessions WHERE pid = :member_pid;
 SELECT dblink_disconnect('member'), dblink_disconnect('other');
 
+-- A role with CREATEROLE that creates a listed role is not exempt through it:
+-- from PostgreSQL 16 it holds that role WITH ADMIN OPTION alone, no INHERIT
+-- and no SET (on 15 it is no member at all).
+CREATE ROLE regress_creator LOGIN CREATEROLE;
+SET ROLE regress_creator;
+CREATE ROLE regress_created;
+RESET ROLE;
+ALTER SYSTEM SET pg_gatekeeper.exempt_roles = 'regress_created';
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.exempt_roles') = 'regress_created'$$);
+SELECT dblink_connect('creator', regress.conninfo('regress_creator'));
+SELECT pid AS creator_pid FROM dblink('creator', 'SELECT pg_backend_pid()') AS t(pid int) \gset
+SELECT state FROM gatekeeper.sessions WHERE pid = :creator_pid;
+-- ... while a member that may SET ROLE to it, without its privileges
+-- (NOINHERIT), is.
+CREATE ROLE regress_setter LOGIN NOINHERIT IN ROLE regress_created;
+SELECT dblink_connect('setter', regress.conninfo('regress_setter'));
+SELECT pid AS setter_pid FROM dblink('setter', 'SELECT pg_backend_pid()') AS t(pid int) \gset
+SELECT state FROM gatekeeper.sessions WHERE pid = :setter_pid;
+SELECT dblink_disconnect('creator'), dblink_disconnect('setter');
+ALTER SYSTEM RESET pg_gatekeeper.exempt_roles;
+SELECT pg_reload_conf();
+SELECT regress.wait_reload($$current_setting('pg_gatekeeper.exempt_roles') = ''$$);
+DROP ROLE regress_setter, regress_created, regress_creator;
+
 -- A superuser is exempt through exempt_superusers only, not as an implicit
 -- member of the roles in exempt_roles.
 ALTER SYSTEM SET pg_gatekeeper.exempt_superusers = off;

@@ -17,6 +17,9 @@
 //!   [`group_rte_exprs`].
 //! - `Query.queryId` and `PlannedStmt.queryId` are `uint64` to 17 and
 //!   `int64` from 18: [`query_id`].
+//! - Role memberships carry INHERIT and SET options from 16, and CREATEROLE
+//!   gives its holder ADMIN OPTION alone on the roles it creates:
+//!   [`takes_exemption_of`].
 //! - Everything else the extension uses (shmem_request_hook, LWLock
 //!   tranches, latches, wait events, background workers, GUC hooks) is the
 //!   same in the four versions.
@@ -65,4 +68,33 @@ pub fn query_id(id: u64) -> u64 {
 #[cfg(feature = "pg18")]
 pub fn query_id(id: i64) -> u64 {
     id as u64
+}
+
+/// Whether `member` is exempt through `role`, a role of `exempt_roles`: it is
+/// `role`, or holds `role`'s privileges, or may `SET ROLE` to it, directly or
+/// through other roles. A superuser counts only through the memberships it
+/// has (`is_member_of_role_nosuper`), not as a member of every role, so that
+/// `exempt_superusers = off` gates superusers.
+///
+/// From 16, a membership that only administers the role (ADMIN OPTION with
+/// neither INHERIT nor SET, which CREATEROLE gives its holder on each role it
+/// creates) does not count: it gives no privilege of the role, and a role
+/// with CREATEROLE could otherwise exempt itself by creating a listed role
+/// that does not exist yet. On 15 every membership lets its member SET ROLE.
+///
+/// # Safety
+/// Inside a transaction (the syscache).
+pub unsafe fn takes_exemption_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool {
+    // SAFETY: forwarded from the caller; these read the catalogs through the
+    // syscache.
+    unsafe {
+        if member == role {
+            return true;
+        }
+        #[cfg(not(feature = "pg15"))]
+        if !pg_sys::superuser_arg(member) {
+            return pg_sys::has_privs_of_role(member, role) || pg_sys::member_can_set_role(member, role);
+        }
+        pg_sys::is_member_of_role_nosuper(member, role)
+    }
 }

@@ -287,7 +287,7 @@ pub fn init() {
         GucRegistry::define_string_guc_with_hooks(
             c"pg_gatekeeper.exempt_roles",
             c"Comma-separated roles whose members are never gated.",
-            c"Roles that do not exist are ignored.",
+            c"A member counts when it has the role's privileges or may SET ROLE to it. Roles that do not exist are ignored.",
             &EXEMPT_ROLES,
             GucContext::Sighup,
             GucFlags::from_bits_retain(pg_sys::GUC_LIST_INPUT as i32),

@@ -409,18 +409,15 @@ fn show_exempt(slot: usize, exempt: bool) {
 
 /// Whether `role` is exempt under the settings now in force.
 pub fn role_is_exempt(role: pg_sys::Oid) -> bool {
-    // SAFETY: superuser_arg, get_role_oid and is_member_of_role_nosuper read
-    // the catalogs through syscache, which needs (and has) a transaction here.
+    // SAFETY: superuser_arg, get_role_oid and takes_exemption_of read the
+    // catalogs through syscache, which needs (and has) a transaction here.
     unsafe {
         if gucs::exempt_superusers() && pg_sys::superuser_arg(role) {
             return true;
         }
         for name in gucs::exempt_roles() {
             let oid = pg_sys::get_role_oid(name.as_ptr(), true);
-            // The _nosuper variant: is_member_of_role counts a superuser as a
-            // member of every role, which would exempt superusers through
-            // exempt_roles while exempt_superusers is off.
-            if oid != pg_sys::InvalidOid && pg_sys::is_member_of_role_nosuper(role, oid) {
+            if oid != pg_sys::InvalidOid && crate::compat::takes_exemption_of(role, oid) {
                 return true;
             }
         }
