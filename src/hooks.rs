@@ -277,26 +277,28 @@ unsafe extern "C-unwind" fn gk_after_utility(action: i32, toplevel: bool) {
     // The gate's own bookkeeping first: what follows may log, and a log call
     // serves interrupts; an ERROR there must not leave the statement's scope
     // open (its admission would never be given back).
-    match action {
-        // It ran, so the block ends at the next transaction event and the
-        // chained one starts (an error before then means no chain: the mark
-        // is then cleared without effect). In an aborted block the
-        // admission is already gone, and the chained block is admitted at
-        // its first gated statement.
-        after::CHAIN_COMMIT | after::CHAIN_ROLLBACK if session::admitted() => {
-            session::chain_at(if action == after::CHAIN_COMMIT {
-                pg_sys::XactEvent::XACT_EVENT_COMMIT
-            } else {
-                pg_sys::XactEvent::XACT_EVENT_ABORT
-            });
-        }
-        after::GATED => leave_utility(toplevel),
-        _ => {}
+    if action == after::GATED {
+        leave_utility(toplevel);
     }
     // A SET, RESET or DISCARD may have renamed the session.
     crate::citus::note_name();
     if toplevel {
         crate::shapes_api::after_utility(true);
+    }
+    // A chain's mark last, once nothing of ours can raise an ERROR: an error
+    // between the mark and the end of the block aborts it with no chained
+    // block, and a ROLLBACK AND CHAIN's mark would then keep the admission
+    // through an abort that starts nothing. It ran, so the block ends at
+    // the next transaction event and the chained one starts (a COMMIT AND
+    // CHAIN whose commit fails aborts instead: the mark is then cleared
+    // without effect). In an aborted block the admission is already gone,
+    // and the chained block is admitted at its first gated statement.
+    if matches!(action, after::CHAIN_COMMIT | after::CHAIN_ROLLBACK) && session::admitted() {
+        session::chain_at(if action == after::CHAIN_COMMIT {
+            pg_sys::XactEvent::XACT_EVENT_COMMIT
+        } else {
+            pg_sys::XactEvent::XACT_EVENT_ABORT
+        });
     }
 }
 
