@@ -303,6 +303,16 @@ pub extern "C-unwind" fn pg_gatekeeper_worker_main(_arg: pg_sys::Datum) {
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_worker(_code: i32, _arg: pg_sys::Datum) {
     shmem::worker_procno().store(-1, Ordering::Relaxed);
+    // An ERROR inside pg_blocking_pids (out of memory while it holds
+    // ProcArrayLock and every lock-manager partition lock, shared) ends the
+    // worker with those still held: it runs outside any transaction, so no
+    // abort releases them, and the exit's own RemoveProcFromArray would
+    // then wait forever for ProcArrayLock, held by this very process, and
+    // the whole server's locking with it. Nothing the worker does holds an
+    // LWLock across its exit otherwise.
+    // SAFETY: releasing this process's own LWLocks; called from a
+    // before_shmem_exit callback, before the callbacks that take them again.
+    unsafe { pg_sys::LWLockReleaseAll() };
 }
 
 /// Sample which holders are running and which are stalled; mark stalls,
