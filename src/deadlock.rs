@@ -116,14 +116,16 @@ impl Breaker {
     /// since the previous check); `now` is the wall clock, `mono` the
     /// monotonic clock (`crate::mono_us`).
     fn break_deadlocks(&mut self, waiters: Vec<i32>, still: &[i64; MAX_CLASSES], now: i64, mono: i64) {
-        let queued: HashMap<i32, (usize, i64)> = shmem::with_gate_shared(|l| {
+        // Each parked session's slot, how long its class stood still, and
+        // when it parked (which tells this wait from a later one).
+        let queued: HashMap<i32, (usize, i64, i64)> = shmem::with_gate_shared(|l| {
             l.gate
                 .queue()
                 .map(|i| (i, still[l.gate.slot(i).class as usize % MAX_CLASSES]))
                 // Only a queue standing still can hold a blocker that
                 // matters; the rest is Repeats::may_admit's.
                 .filter(|&(_, still)| still > 0)
-                .map(|(i, still)| (l.gate.slot(i).pid, (i, still)))
+                .map(|(i, still)| (l.gate.slot(i).pid, (i, still, l.gate.slot(i).wait_start_us)))
                 .collect()
         });
         if queued.is_empty() {
@@ -135,18 +137,23 @@ impl Breaker {
                 blocks.extend(blocking_pids(w).into_iter().map(|b| (b, w)));
             }
         });
-        let to_admit: Vec<(usize, i32, i32)> = blocks
+        let to_admit: Vec<(usize, i32, i64, i32)> = blocks
             .into_iter()
             .filter_map(|(b, w)| {
-                let &(slot, still) = queued.get(&b)?;
-                self.repeats.may_admit(b, still).then_some((slot, b, w))
+                let &(slot, still, parked) = queued.get(&b)?;
+                self.repeats.may_admit(b, still).then_some((slot, b, parked, w))
             })
             .collect();
-        for (slot, pid, waiter) in to_admit {
+        for (slot, pid, parked, waiter) in to_admit {
             let admitted = shmem::with_gate_waking(|mut l, wake| {
-                // The slot may have been admitted, or reused, since we looked.
+                // The slot may have been admitted, or reused, since we looked,
+                // or admitted and parked again: the blockers were found for
+                // the wait we saw, which has then ended.
                 let s = l.gate.slot(slot);
-                s.state == SlotState::Queued && s.pid == pid && l.gate.overflow_admit(slot, now, wake)
+                s.state == SlotState::Queued
+                    && s.pid == pid
+                    && s.wait_start_us == parked
+                    && l.gate.overflow_admit(slot, now, wake)
             });
             if admitted {
                 shmem::wake(slot);
