@@ -28,7 +28,7 @@ for a in "$@"; do
     --build) build=yes ;;
     --smoke) smoke=1; args+=("$a") ;;
     -h|--help)
-      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
       exec python3 "$here/bench.py" --help ;;
     *) args+=("$a") ;;
   esac

@@ -88,9 +88,6 @@ pub unsafe fn takes_exemption_of(member: pg_sys::Oid, role: pg_sys::Oid) -> bool
     // SAFETY: forwarded from the caller; these read the catalogs through the
     // syscache.
     unsafe {
-        if member == role {
-            return true;
-        }
         #[cfg(not(feature = "pg15"))]
         if !pg_sys::superuser_arg(member) {
             return pg_sys::has_privs_of_role(member, role) || pg_sys::member_can_set_role(member, role);

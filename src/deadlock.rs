@@ -121,11 +121,13 @@ impl Breaker {
         let queued: HashMap<i32, (usize, i64, i64)> = shmem::with_gate_shared(|l| {
             l.gate
                 .queue()
-                .map(|i| (i, still[l.gate.slot(i).class as usize % MAX_CLASSES]))
+                .map(|i| {
+                    let s = l.gate.slot(i);
+                    (s.pid, (i, still[s.class as usize % MAX_CLASSES], s.wait_start_us))
+                })
                 // Only a queue standing still can hold a blocker that
                 // matters; the rest is Repeats::may_admit's.
-                .filter(|&(_, still)| still > 0)
-                .map(|(i, still)| (l.gate.slot(i).pid, (i, still, l.gate.slot(i).wait_start_us)))
+                .filter(|&(_, (_, still, _))| still > 0)
                 .collect()
         });
         if queued.is_empty() {
