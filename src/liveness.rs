@@ -119,16 +119,12 @@ impl Liveness {
             // Admissions over the limit (this guarantee's batches, the
             // deadlock breaker's) do not count as the scope moving: a
             // stream of them would hide a queue that does not move.
-            let (blocked, admitted) = if k == GATE {
-                (h.holds_back(), h.within_limits_outside_lane())
-            } else {
-                (h.class_held(k), h.classes[k].counters.within_limits())
-            };
+            let (blocked, admitted) = h.scope_watch((k != GATE).then_some(k));
             let sample = ScopeSample { blocked, admitted, working: scan.working[k], unverified: unverified[k] };
             let verdict = watch.observe(mono, sample, timeout_us, h.limit);
             *probing = matches!(verdict, Verdict::Quiet { probe: true });
             if let Verdict::Stuck { batch } = verdict {
-                stuck.push((k, batch));
+                stuck.push((k, batch, admitted));
             }
         }
         // A class held back by the gate is owed a place. When the gate is
@@ -136,9 +132,9 @@ impl Liveness {
         // it goes by fair share, which may pass the class over as long as
         // another class has a backlog: owed first (the gate comes last in
         // `stuck`), the class gets the batch's first admission.
-        for (k, batch) in stuck {
+        for (k, batch, admitted) in stuck {
             if k == GATE || h.held_at_cap(k) {
-                self.admit_batch(k, batch, now, timeout_us);
+                self.admit_batch(k, batch, admitted, now, timeout_us);
             } else {
                 owe(k, now, timeout_us);
             }
@@ -186,11 +182,22 @@ impl Liveness {
     }
 
     /// Admit up to `batch` sessions of a stuck scope, head first, over the
-    /// limit (and over the class's cap for a class's scope).
-    fn admit_batch(&mut self, scope: usize, batch: u32, now: i64, timeout_us: i64) {
+    /// limit (and over the class's cap for a class's scope). `seen`: the
+    /// scope's admissions within the limits that the verdict saw. The
+    /// verdict was reached without the lock, after the probes: each
+    /// admission first checks that it still applies (`batch_still_due`),
+    /// so that a queue that moved on its own since gets no batch.
+    fn admit_batch(&mut self, scope: usize, batch: u32, seen: u64, now: i64, timeout_us: i64) {
         let class = (scope != GATE).then_some(scope);
         let admitted: Vec<(usize, i32)> = shmem::with_gate_waking(|mut l, wake| {
-            (0..batch).map_while(|_| l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))).collect()
+            (0..batch)
+                .map_while(|_| {
+                    if !l.gate.header().batch_still_due(class, seen) {
+                        return None;
+                    }
+                    l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))
+                })
+                .collect()
         });
         // Every admitted session is woken before the first log line: a log
         // call serves interrupts, and a cancel there must not leave the rest
@@ -229,6 +236,14 @@ fn owe(class: usize, now: i64, timeout_us: i64) {
 }
 
 impl Scan {
+    /// No holder was sorted (nobody was queued when the scan ran): every
+    /// scope is unverified for this sample, so that a queue formed before
+    /// the verdict's header was read gets no verdict of stuck on a scan
+    /// that looked at nobody.
+    pub fn without_holders(&mut self) {
+        self.unprobed = [true; SCOPES];
+    }
+
     /// Sort one holder into its scopes: `wait` is its wait event class
     /// (`procs::holder_wait`); `counts`: it counts against the tickets (it is
     /// not a relieved stalled holder).

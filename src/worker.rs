@@ -408,6 +408,12 @@ fn sample_and_steer(
                 changes.push((i, s.admitted_at_us, Act::Stall(stalled)));
             }
         }
+        if h.queued == 0 {
+            // The guarantee judges the queue as the next lock finds it: one
+            // that forms in between finds no holder sorted, and must not
+            // read as nobody working.
+            scan.without_holders();
+        }
         (busy, working::count(&seen), computing, on_cpu)
     });
     let lend_min_idle = gucs::lend_min_cpu_idle();

@@ -342,6 +342,26 @@ impl GateHeader {
     pub fn within_limits_outside_lane(&self) -> u64 {
         self.counters.within_limits().saturating_sub(self.classes[LONG].counters.within_limits())
     }
+    /// What the progress guarantee watches in a scope (docs/DESIGN.md §13):
+    /// whether its queue is held back, and its admissions within the limits
+    /// so far. `None` is the gate's own scope, `Some(k)` class `k`'s.
+    pub fn scope_watch(&self, class: Option<usize>) -> (bool, u64) {
+        match class {
+            None => (self.holds_back(), self.within_limits_outside_lane()),
+            Some(k) => (self.class_held(k), self.classes[k].counters.within_limits()),
+        }
+    }
+    /// Whether a batch over the limit that the progress guarantee decided
+    /// for a scope, from a sample that saw `admitted` admissions within the
+    /// limits, still applies: the scope is still held back, nobody of it
+    /// was admitted within the limits since, and for a class its own cap
+    /// still holds it back (held back by the gate instead, it is owed a
+    /// place within the limit, not a batch over it). The decision is made
+    /// without the lock, after the sample's probes: a holder that ended in
+    /// between moved the queue on its own.
+    pub fn batch_still_due(&self, class: Option<usize>, admitted: u64) -> bool {
+        self.scope_watch(class) == (true, admitted) && class.is_none_or(|k| self.held_at_cap(k))
+    }
 }
 
 /// One backend's entry. Lives in shared memory; plain data.
@@ -1741,6 +1761,55 @@ mod tests {
         assert_eq!(g.progress_admit(Some(capped), 1, &mut |_| {}), Some(3));
         assert!(!g.header().held_at_cap(capped));
         g.check().unwrap();
+    }
+
+    /// A batch decided from a sample applies while the scope is as the
+    /// sample saw it: held back, nobody of it admitted within the limits
+    /// since, and for a class still at its cap. Its own admissions over the
+    /// limit do not end it.
+    #[test]
+    fn a_batch_is_due_only_while_the_scope_stands_as_sampled() {
+        let mut f = Fixture::new(8, 1);
+        let capped = define(&mut f, &[params(1, 0, 1)])[0];
+        for i in 0..4 {
+            f.gate().request(i, DEFAULT, 0, 0);
+        }
+        let (held, seen) = f.gate().header().scope_watch(None);
+        assert!(held);
+        assert!(f.gate().header().batch_still_due(None, seen));
+        // The batch's own admissions over the limit leave it due.
+        assert_eq!(f.gate().progress_admit(None, 1, &mut |_| {}), Some(1));
+        assert!(f.gate().header().batch_still_due(None, seen));
+        // The session admitted over the limit ends: that frees no place.
+        assert_eq!(f.release(1, 2), Vec::<usize>::new());
+        assert!(f.gate().header().batch_still_due(None, seen));
+        // The holder within the limit ends: its place goes to the head, an
+        // admission within the limits, and the queue moved on its own.
+        assert_eq!(f.release(0, 2), vec![2]);
+        assert!(!f.gate().header().batch_still_due(None, seen));
+        // Nobody held back: nothing due either.
+        let (_, seen) = f.gate().header().scope_watch(None);
+        assert!(f.gate().header().batch_still_due(None, seen));
+        f.gate().set_tickets(8, 3, &mut |_| {});
+        assert!(!f.gate().header().batch_still_due(None, seen));
+        f.gate().check().unwrap();
+        // A class queued at its cap is due a batch; once the gate rather
+        // than its cap holds it back, it is not (it is owed a place).
+        for i in [2, 3] {
+            f.release(i, 4);
+        }
+        f.gate().set_tickets(1, 4, &mut |_| {});
+        f.gate().request(4, capped, 4, 0);
+        f.gate().request(7, DEFAULT, 4, 0);
+        f.gate().request(5, capped, 4, 0);
+        let (held, seen) = f.gate().header().scope_watch(Some(capped));
+        assert!(held && f.gate().header().held_at_cap(capped));
+        assert!(f.gate().header().batch_still_due(Some(capped), seen));
+        // Its holder ends and the place goes to the default class's head
+        // (first come): the class is below its cap, held back by the gate.
+        assert_eq!(f.release(4, 5), vec![7]);
+        assert!(f.gate().header().class_held(capped) && !f.gate().header().held_at_cap(capped));
+        assert!(!f.gate().header().batch_still_due(Some(capped), seen));
     }
 
     #[test]
