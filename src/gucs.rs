@@ -180,8 +180,8 @@ pub fn init() {
         GucRegistry::define_int_guc_with_hooks(
             c"pg_gatekeeper.max_tickets",
             c"Most admissions at once, counting holders that wait on their client (0 = no cap).",
-            c"Holders that are idle in transaction lend their place; this caps how far. \
-              0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
+            c"Holders that are idle in transaction lend their place; this caps how far, and caps the automatic limit's climb too \
+              (never below its floor). 0 means no cap beyond the number of backends; a value at or below the limit disables lending.",
             &MAX_TICKETS,
             0,
             MAX_BACKENDS,

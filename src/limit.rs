@@ -213,11 +213,19 @@ pub fn resolve() -> Resolved {
     // SAFETY: MaxBackends is set by the postmaster before shared memory is
     // sized, and inherited by every process that resolves the limit.
     let backends = unsafe { pg_sys::MaxBackends }.max(1) as u32;
-    let ticket_ceiling = match gucs::max_tickets() {
+    let max_tickets = gucs::max_tickets();
+    let ticket_ceiling = match max_tickets {
         0 => backends,
         n => n,
     }
     .max(bounds.floor);
+    // Tickets never fall below the limit, so a limit that climbed past
+    // max_tickets would take the admissions past it too: the setting caps
+    // the adaptive limit's climb as well (never below its floor).
+    let bounds = match max_tickets {
+        0 => bounds,
+        _ => Bounds { ceiling: bounds.ceiling.min(ticket_ceiling), ..bounds },
+    };
     Resolved { manual, bounds, ticket_ceiling, effective_cpus, cpu_source }
 }
 

@@ -92,6 +92,30 @@ fn wait_bound_work_grows_the_limit() {
     c.assert_quiet();
 }
 
+/// `max_tickets` caps admissions at once: tickets never fall below the
+/// limit, so it caps the adaptive limit's climb too.
+#[test]
+fn max_tickets_caps_the_adaptive_limit() {
+    let c = Cluster::start(&conf("100"));
+    let floor = c.status().max_active();
+    let cap = floor + 2;
+    c.set_conf(&[("pg_gatekeeper.max_tickets", &cap.to_string())]);
+    c.wait_status_for("the limit's range ends at max_tickets", Duration::from_secs(5), |s| {
+        (s.int("limit_min"), s.int("limit_max"), s.int("ticket_ceiling")) == (floor, cap, cap)
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = start_loops(&c, "sleep", 24, WAIT_BOUND, &stop);
+    c.wait_status_for("the limit grows to max_tickets", Duration::from_secs(15), |s| s.max_active() == cap);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        let s = c.status();
+        assert!(s.max_active() <= cap && s.tickets() <= cap, "past max_tickets = {cap}: {}", s.0);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop_loops(loops, &stop);
+    c.assert_quiet();
+}
+
 #[test]
 fn a_lock_pile_up_never_grows_the_limit_and_brings_a_grown_one_down() {
     // The progress guarantee admits the head of a queue behind which
