@@ -132,7 +132,7 @@ bg_pids=()
 
 as_pg() { runuser -u postgres -- env -u RUST_BACKTRACE "$@"; }
 # psql on node $1 as user $2 (a superuser: postgres is exempt from the gate).
-q() { local n=$1 u=$2; shift 2; timeout 120 "$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "${port[$n]}" -U "$u" -d postgres "$@"; }
+q() { local n=$1 u=$2; shift 2; timeout --foreground 120 "$PSQL" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "${port[$n]}" -U "$u" -d postgres "$@"; }
 node_start() { as_pg "$PG_BINDIR/pg_ctl" -D "$root/$1" -l "$root/$1.log" -w -t 120 start >/dev/null; }
 node_stop() {
   [ -f "$root/$1/postmaster.pid" ] || return 0
@@ -145,15 +145,23 @@ node_stop_now() {
 }
 cleanup() {
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
-  for n in "${nodes[@]}"; do node_stop "$n"; done
+  # Ended from outside (a test run's time limit): the nodes stop at once,
+  # within the grace before that run's SIGKILL.
+  for n in "${nodes[@]}"; do
+    if [ "$interrupted" = 1 ]; then node_stop_now "$n"; else node_stop "$n"; fi
+  done
   # The copies name the temporary cluster directory WORKDIR.
   for n in "${nodes[@]}"; do
     [ -f "$root/$n.log" ] && sed "s|$root|WORKDIR|g" "$root/$n.log" >"$out/runs/server-$n.log"
   done
   if [ $keep = 1 ]; then echo "cluster data kept in $root"; else rm -rf "$root"; fi
 }
+interrupted=0
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# (The single-process psql and pgbench calls run under `timeout
+# --foreground`, in this process group: a TERM to the group ends them with
+# this shell, whose trap would otherwise wait for them to end.)
+trap 'interrupted=1; exit 130' INT TERM
 
 # The gate's configuration, in gate.conf (included last by postgresql.conf).
 # Besides the three: coordonly = the gate on the coordinator only, at
@@ -560,7 +568,7 @@ poll_w1() {
 # $sql, which sleeps: the state gatekeeper.sessions shows for it while it
 # sleeps must be $expected.
 session_case() { # what label name host sql expected
-  PGAPPNAME=$3 timeout 60 "$PSQL" -X -q -h "$4" -p "${port[w1]}" -U app -d postgres -c "$5" \
+  PGAPPNAME=$3 timeout --foreground 60 "$PSQL" -X -q -h "$4" -p "${port[w1]}" -U app -d postgres -c "$5" \
     >/dev/null 2>"$out/trust-$1.err" &
   local pid=$! state
   state=$(poll_w1 "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
@@ -577,7 +585,7 @@ session_case() { # what label name host sql expected
 renamed_case() {
   local sql="SELECT success FROM master_run_on_worker(ARRAY['127.0.0.1'], ARRAY[${port[w1]}],
                ARRAY['RESET application_name; SELECT pg_sleep(2)'], false)"
-  timeout 60 "$PSQL" -X -q -At -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres -c "$sql" \
+  timeout --foreground 60 "$PSQL" -X -q -At -h 127.0.0.1 -p "${port[coord]}" -U app -d postgres -c "$sql" \
     >"$out/trust-renamed.out" 2>&1 &
   local pid=$! state ok
   state=$(poll_w1 "SELECT s.state FROM gatekeeper.sessions s JOIN pg_stat_activity a USING (pid)
@@ -682,7 +690,7 @@ loopback_check() {
   here=$(q coord postgres -c "SELECT count(*) FROM citus_shards WHERE table_name = 'loopback'::regclass AND nodeport = ${port[coord]}")
   echo "SELECT count(*) FROM loopback WHERE v >= 0;" >"$root/loopback.sql"
   chmod a+r "$root/loopback.sql"
-  timeout 120 "$PGBENCH" -n -f "$root/loopback.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
+  timeout --foreground 120 "$PGBENCH" -n -f "$root/loopback.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
     >"$out/loopback-pgbench.log" 2>&1
   rc=$?
   small_gate_off coord
@@ -726,7 +734,7 @@ mx_check() {
   chmod a+r "$root/mx.sql"
   local t0=$SECONDS
   for n in w1 w2; do
-    timeout 120 "$PGBENCH" -n -f "$root/mx.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[$n]}" -U app postgres \
+    timeout --foreground 120 "$PGBENCH" -n -f "$root/mx.sql" -c 8 -j 2 -t 20 -h 127.0.0.1 -p "${port[$n]}" -U app postgres \
       >"$out/mx-pgbench-$n.log" 2>&1 &
     pids+=($!)
   done
@@ -764,7 +772,7 @@ views_check() {
   echo "SELECT count(*) FROM citus_stat_activity;" >"$root/views.sql"
   chmod a+r "$root/views.sql"
   local t0=$SECONDS
-  timeout 120 "$PGBENCH" -n -f "$root/views.sql" -c 8 -j 2 -t 5 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
+  timeout --foreground 120 "$PGBENCH" -n -f "$root/views.sql" -c 8 -j 2 -t 5 -h 127.0.0.1 -p "${port[coord]}" -U app postgres \
     >"$out/views-pgbench.log" 2>&1
   rc=$?
   local took=$((SECONDS - t0))

@@ -13,6 +13,7 @@
 #   cluster_start DIR [PG_CTL_ARG...]   # pg_ctl start (-w -t 60 unless an ARG says), log in DIR/server.log
 #   cluster_psql DIR USER [ARGS...]     # psql -X -q -At -v ON_ERROR_STOP=1, as USER
 #   cluster_stop DIR                    # fast, then immediate; quiet if not running
+#   cluster_stop_now DIR                # immediate; quiet if not running
 #   cluster_drop DIR                    # stop, then remove DIR
 #   as_pg COMMAND [ARGS...]             # run a command as postgres, without RUST_BACKTRACE
 
@@ -56,6 +57,12 @@ cluster_stop() { # dir
   [ -f "$1/data/postmaster.pid" ] || return 0
   as_pg "$PG_BINDIR/pg_ctl" -D "$1/data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
     as_pg "$PG_BINDIR/pg_ctl" -D "$1/data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+# At once (immediate shutdown): for a cleanup that a time limit may cut short.
+cluster_stop_now() { # dir
+  [ -f "$1/data/postmaster.pid" ] || return 0
+  as_pg "$PG_BINDIR/pg_ctl" -D "$1/data" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
 }
 
 cluster_drop() { # dir

@@ -59,7 +59,14 @@ fi
 # Whatever happens, the development install is put back at exit.
 cleanup() {
   local rc=$?
-  [ -n "$dir" ] && cluster_stop "$dir"
+  # After a failure (or a test run's time limit ending this one) the server
+  # may be stuck: stop it at once, so that the purge and the development
+  # install's return fit in the grace before a SIGKILL.
+  if [ -n "$dir" ] && [ "$rc" -ne 0 ]; then
+    cluster_stop_now "$dir"
+  elif [ -n "$dir" ]; then
+    cluster_stop "$dir"
+  fi
   if ((debian)) && package_installed; then
     apt purge "$pkg" >/dev/null 2>&1 || dpkg --purge "$pkg" >/dev/null 2>&1 || true
   fi

@@ -35,7 +35,9 @@ run() { # conf port tests...
   local conf=$1 port=$2; shift 2
   local out=$work/out-${conf%.conf}
   mkdir -p "$out" && chown postgres: "$out"
-  runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
+  # A deadline of its own (the suite takes seconds), inside the test run's
+  # limit for the step, so that a hang still prints the diffs and the log.
+  timeout -k 10 120 runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
     "$PG_REGRESS" --temp-instance="$work/tmp_$port" --temp-config="$work/$conf" \
     --inputdir="$work" --outputdir="$out" --bindir="$BIN" --port="$port" \
     --dbname=regression "$@" || {

@@ -32,6 +32,13 @@ done
 
 unset RUST_BACKTRACE
 passed=0 failed=0 summary=()
+# The whole run's time budget, in seconds from here (CI allows 90 minutes;
+# a run takes 45-60 on a 2-CPU machine, a fresh machine's installs
+# included). Each step's limit is cut to what is left of it, and a step
+# with less than two minutes left is not started but counted as failed: a
+# run with hangs still ends with its summary, before CI's own limit.
+budget=${PG_GATEKEEPER_TEST_BUDGET_S:-5100}
+deadline=$((SECONDS + budget))
 
 # Each step's output goes to the terminal and to target/test-logs/; a failed
 # step's panic messages and last lines also go into the summary, which is
@@ -46,7 +53,13 @@ rm -rf "$logdir"; mkdir -p "$logdir"
 step() { # name limit command...
   local name=$1 limit=$2; shift 2
   printf '\n==== %s\n' "$name"
-  local t0=$SECONDS log rc=0
+  local t0=$SECONDS log rc=0 left=$((deadline - SECONDS - 60))
+  if [ "$left" -lt 120 ]; then
+    failed=$((failed + 1)); note "FAIL  $name: not run, the run's time budget of $budget s is spent"
+    return 1
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  touch "$logdir/.step-start"
   log=$logdir/$(printf '%02d' $((passed + failed + 1)))-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-' | cut -c1-60).log
   # timeout runs the step in a process group of its own (so that the
   # whole of it ends at the limit), out of the terminal's reach: an
@@ -57,14 +70,14 @@ step() { # name limit command...
   local group=$step_pid
   step_pid=
   if [ $rc = 0 ]; then
-    passed=$((passed + 1)); summary+=("ok    $name ($((SECONDS - t0)) s)")
+    passed=$((passed + 1)); note "ok    $name ($((SECONDS - t0)) s)"
   else
     if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $((SECONDS - t0)) -ge "$limit" ]; then
-      summary+=("FAIL  $name: ended after its limit of $limit s (a hang?)")
+      note "FAIL  $name: ended after its limit of $limit s (a hang?)"
     fi
     # A test killed on its way (its limit, or memory) leaves its servers.
     end_step "$group"
-    failed=$((failed + 1)); summary+=("FAIL  $name ($((SECONDS - t0)) s); what it printed last:")
+    failed=$((failed + 1)); note "FAIL  $name ($((SECONDS - t0)) s); what it printed last:"
     sleep 1 # tee's last write
     # A Rust test's panic message (what failed, and why) comes first; the
     # server log tail a test prints after it would push it out of the tail.
@@ -75,10 +88,25 @@ step() { # name limit command...
   fi
 }
 
+# A line of the summary, printed at once too (the summary itself comes at
+# the end, or when the run is ended).
+note() {
+  summary+=("$1")
+  printf '%s\n' "$1"
+}
+print_summary() {
+  printf '\n==== summary\n'
+  printf '%s\n' "${summary[@]}"
+  echo "suites: $passed passed, $failed failed"
+}
+
 # The integration tests' servers (tests/common) that a failed or ended step
 # left running: those whose test process (the first number in the
 # directory's name) is gone, not another run's; a standby's is inside its
-# primary's.
+# primary's. Then the servers the scripts' clusters (package, upgrade,
+# Citus) started since the step began: pg_ctl detaches them from the
+# step's process group, so they outlive it when it is ended (SIGQUIT: an
+# immediate shutdown, whatever the version).
 stop_test_servers() {
   local pid_file owner
   for pid_file in /tmp/pg_gatekeeper_test.*/data/postmaster.pid /tmp/pg_gatekeeper_test.*/*/data/postmaster.pid; do
@@ -87,6 +115,10 @@ stop_test_servers() {
     owner=${owner%%.*}
     kill -0 "$owner" 2>/dev/null && continue
     runuser -u postgres -- "$PG_BINDIR/pg_ctl" -D "$(dirname "$pid_file")" stop -m immediate >/dev/null 2>&1 || true
+  done
+  for pid_file in /tmp/pg_gatekeeper_{cluster,package_test,upgrade,regress}.*/{,*/,*/*/}postmaster.pid /tmp/citus-*/*/postmaster.pid; do
+    [ -f "$pid_file" ] && [ "$pid_file" -nt "$logdir/.step-start" ] || continue
+    kill -QUIT "$(head -n 1 "$pid_file")" 2>/dev/null || true
   done
 }
 # What is left of a step's process group once it ended or was ended: its
@@ -98,10 +130,10 @@ end_step() { # group
   stop_test_servers
 }
 step_pid=
-trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; exit 130' INT
-trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "terminated"; exit 143' TERM
+trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; print_summary; exit 130' INT
+trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "terminated"; print_summary; exit 143' TERM
 
-bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; exit 1; }
+bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; echo "suites: 0 passed, 1 failed"; exit 1; }
 
 step "rustfmt" 300 cargo fmt --all --check
 step "clippy (warnings denied)" 1200 cargo clippy --workspace --all-targets -- -D warnings
@@ -110,8 +142,8 @@ step "core unit tests" 600 cargo test -p gatekeeper_core
 # The integration tests talk to the installed extension over connections;
 # they are built once. A separate target dir keeps these builds from
 # thrashing cargo-pgrx's cache. One test at a time: timings (lending, the
-# deadlock breaker, stall relief) need the CPUs. Every test file runs even
-# when one fails, so that one failure does not hide the others.
+# deadlock breaker, stall relief) need the CPUs. Each test file is a step of
+# its own, so that neither a failure nor a hang in one hides the others.
 itest() { # the test files' options...
   env CARGO_TARGET_DIR=target/itest PG_BINDIR="$PG_BINDIR" cargo test --no-fail-fast "$@" -- --test-threads=1
 }
@@ -123,9 +155,9 @@ for m in "${majors[@]}"; do
   PG_MAJOR=$m source scripts/pg_env.sh
   if step "PostgreSQL $m: build and install (debug)" 1200 bash scripts/install.sh "$m"; then
     step "PostgreSQL $m: pg_regress" 300 bash scripts/regress.sh --pg "$m"
-    step "PostgreSQL $m: integration tests" 1500 \
-      bash -c 'itest "$@"' itest --test gate --test worker --test isolation --test liveness --test adaptive --test errors \
-        --test exporter --test standby --test citus_names --test first_statement --test lane
+    for t in gate worker isolation liveness adaptive errors exporter standby citus_names first_statement lane; do
+      step "PostgreSQL $m: integration tests: $t" 900 bash -c 'itest "$@"' itest --test "$t"
+    done
     step "PostgreSQL $m: chaos and restart tests" 900 bash -c 'itest "$@"' itest --test chaos
     # Last for this version: it sets the development install aside and puts
     # it back when done. The release build, as the packages users install
@@ -148,11 +180,9 @@ if [[ " ${majors[*]} " == *" 15 "* ]]; then
   if [ $citus = 1 ] && ls ../shared/vendor/citus-*.tar.gz >/dev/null 2>&1; then
     step "Citus: 3 nodes, the gate on each, no hang (PostgreSQL 15)" 1500 bash scripts/citus.sh --smoke
   elif [ $citus = 1 ]; then
-    summary+=("skip  Citus: no Citus source in ../shared/vendor (see scripts/citus_build.sh)")
+    note "skip  Citus: no Citus source in ../shared/vendor (see scripts/citus_build.sh)"
   fi
 fi
 
-printf '\n==== summary\n'
-printf '%s\n' "${summary[@]}"
-echo "suites: $passed passed, $failed failed"
+print_summary
 [ $failed -eq 0 ]
