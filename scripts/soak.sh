@@ -160,8 +160,10 @@ settings=("shared_preload_libraries = 'pg_gatekeeper'" "max_connections = $((cli
   "shared_buffers = '256MB'" "fsync = off" "synchronous_commit = off" "log_line_prefix = '%m [%p] %a '")
 [[ -n $max_active ]] && settings+=("pg_gatekeeper.max_active = $max_active")
 cluster_init --initdb --encoding=UTF8 --initdb --no-locale "$dir" "$port" "${settings[@]}"
-cluster_start "$dir" -t 120
+# Set first: a start that times out may leave the server starting, and the
+# cleanup must stop it before it removes its directory.
 started=1
+cluster_start "$dir" -t 120
 pm_pid=$(head -1 "$data/postmaster.pid")
 sql "CREATE EXTENSION pg_gatekeeper; CREATE ROLE soak LOGIN;"
 echo "== pgbench -i -s $scale"

@@ -54,16 +54,19 @@ echo "pg_upgrade $old -> $new (extension $version)"
 echo "shared_preload_libraries = 'pg_gatekeeper'" >> "$new_dir/data/postgresql.conf"
 PG_BINDIR=$NEW_BIN cluster_start "$new_dir"
 fail() { echo "FAIL: $*"; tail -20 "$new_dir/server.log"; exit 1; }
-got=$(psql_new postgres -d postgres -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper'")
+got=$(psql_new postgres -d postgres -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_gatekeeper'") ||
+  fail "the upgraded cluster did not answer"
 [ "$got" = "$version" ] || fail "extension version $got after the upgrade, $version before"
 [ "$(psql_new postgres -d postgres -c 'SELECT max_active FROM gatekeeper.status')" = 3 ] ||
   fail "gatekeeper.status does not show the new cluster's limit"
 psql_new app -d postgres -c "SELECT count(*) FROM pg_class" >/dev/null || fail "a gated role's query failed"
-admitted=$(psql_new postgres -d postgres -c "SELECT admitted_total FROM gatekeeper.status")
+admitted=$(psql_new postgres -d postgres -c "SELECT admitted_total FROM gatekeeper.status") ||
+  fail "gatekeeper.status failed"
 [ "$admitted" -ge 1 ] || fail "the gated role's transaction was not admitted through the gate"
 # The worker starts after the postmaster accepts connections: up to 10 s.
 for _ in $(seq 100); do
-  workers=$(psql_new postgres -d postgres -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'")
+  workers=$(psql_new postgres -d postgres -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_gatekeeper worker'") ||
+    workers=
   [ "$workers" = 1 ] && break
   sleep 0.1
 done
