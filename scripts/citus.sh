@@ -158,9 +158,10 @@ cleanup() {
 }
 interrupted=0
 trap cleanup EXIT
-# (The single-process psql and pgbench calls run under `timeout
+# (The psql and pgbench calls this shell waits on run under `timeout
 # --foreground`, in this process group: a TERM to the group ends them with
-# this shell, whose trap would otherwise wait for them to end.)
+# this shell, whose trap would otherwise wait for them to end. Those of the
+# background jobs end when the cleanup stops the nodes.)
 trap 'interrupted=1; exit 130' INT TERM
 
 # The gate's configuration, in gate.conf (included last by postgresql.conf).

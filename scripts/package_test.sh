@@ -82,6 +82,10 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+# Ended from outside (a test run's time limit), the cleanup must know: an
+# untrapped signal leaves $? at the last command's status in the EXIT trap.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The development install is set aside.

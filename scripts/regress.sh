@@ -36,8 +36,10 @@ run() { # conf port tests...
   local out=$work/out-${conf%.conf}
   mkdir -p "$out" && chown postgres: "$out"
   # A deadline of its own (the suite takes seconds), inside the test run's
-  # limit for the step, so that a hang still prints the diffs and the log.
-  timeout -k 10 120 runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
+  # limit for the step, so that a hang still prints the diffs and the log
+  # (in the foreground: pg_regress stays in the step's process group, which
+  # the test run ends as a whole).
+  timeout --foreground -k 10 120 runuser -u postgres -- env -u RUST_BACKTRACE -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
     "$PG_REGRESS" --temp-instance="$work/tmp_$port" --temp-config="$work/$conf" \
     --inputdir="$work" --outputdir="$out" --bindir="$BIN" --port="$port" \
     --dbname=regression "$@" || {

@@ -34,8 +34,9 @@ unset RUST_BACKTRACE
 passed=0 failed=0 summary=()
 # The whole run's time budget, in seconds from here (CI allows 90 minutes;
 # a run takes 45-60 on a 2-CPU machine, a fresh machine's installs
-# included). Each step's limit is cut to what is left of it, and a step
-# with less than two minutes left is not started but counted as failed: a
+# included). Each step's limit is cut to what is left of it less a minute
+# (for its cleanup), and a step with less than two minutes of that is not
+# started but counted as failed: a
 # run with hangs still ends with its summary, before CI's own limit.
 budget=${PG_GATEKEEPER_TEST_BUDGET_S:-5100}
 deadline=$((SECONDS + budget))
@@ -59,6 +60,7 @@ step() { # name limit command...
     return 1
   fi
   [ "$limit" -le "$left" ] || limit=$left
+  step_name=$name
   touch "$logdir/.step-start"
   log=$logdir/$(printf '%02d' $((passed + failed + 1)))-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-' | cut -c1-60).log
   # timeout runs the step in a process group of its own (so that the
@@ -108,7 +110,7 @@ print_summary() {
 # step's process group, so they outlive it when it is ended (SIGQUIT: an
 # immediate shutdown, whatever the version).
 stop_test_servers() {
-  local pid_file owner
+  local pid_file owner pid
   for pid_file in /tmp/pg_gatekeeper_test.*/data/postmaster.pid /tmp/pg_gatekeeper_test.*/*/data/postmaster.pid; do
     [ -f "$pid_file" ] || continue
     owner=${pid_file#/tmp/pg_gatekeeper_test.}
@@ -118,7 +120,10 @@ stop_test_servers() {
   done
   for pid_file in /tmp/pg_gatekeeper_{cluster,package_test,upgrade,regress}.*/{,*/,*/*/}postmaster.pid /tmp/citus-*/*/postmaster.pid; do
     [ -f "$pid_file" ] && [ "$pid_file" -nt "$logdir/.step-start" ] || continue
-    kill -QUIT "$(head -n 1 "$pid_file")" 2>/dev/null || true
+    pid=$(head -n 1 "$pid_file")
+    # A stale file (its server killed) may name a PID reused since.
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ] || continue
+    kill -QUIT "$pid" 2>/dev/null || true
   done
 }
 # What is left of a step's process group once it ended or was ended: its
@@ -129,9 +134,18 @@ end_step() { # group
   for _ in $(seq 1 150); do kill -0 -- -"$1" 2>/dev/null || break; sleep 0.2; done
   stop_test_servers
 }
-step_pid=
-trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "interrupted"; print_summary; exit 130' INT
-trap '[ -n "$step_pid" ] && end_step "$step_pid"; echo "terminated"; print_summary; exit 143' TERM
+step_pid= step_name=
+# A step under way when the run is ended counts as failed.
+on_signal() { # what
+  if [ -n "$step_pid" ]; then
+    end_step "$step_pid"
+    failed=$((failed + 1)); note "FAIL  $step_name: $1 while it ran"
+  fi
+  echo "$1"
+  print_summary
+}
+trap 'on_signal interrupted; exit 130' INT
+trap 'on_signal terminated; exit 143' TERM
 
 bash scripts/deps.sh "${majors[@]}" || { echo "dependency installation failed"; echo "suites: 0 passed, 1 failed"; exit 1; }
 
@@ -150,7 +164,7 @@ itest() { # the test files' options...
 export -f itest
 
 # Limits are several times what each step takes on a 2-CPU machine (the
-# whole run about 40 minutes, a fresh machine's builds included).
+# whole run 45-60 minutes, a fresh machine's builds included).
 for m in "${majors[@]}"; do
   PG_MAJOR=$m source scripts/pg_env.sh
   if step "PostgreSQL $m: build and install (debug)" 1200 bash scripts/install.sh "$m"; then

@@ -189,16 +189,25 @@ impl Liveness {
     /// so that a queue that moved on its own since gets no batch.
     fn admit_batch(&mut self, scope: usize, batch: u32, seen: u64, now: i64, timeout_us: i64) {
         let class = (scope != GATE).then_some(scope);
-        let admitted: Vec<(usize, i32)> = shmem::with_gate_waking(|mut l, wake| {
-            (0..batch)
+        let (admitted, owed): (Vec<(usize, i32)>, bool) = shmem::with_gate_waking(|mut l, wake| {
+            let h = l.gate.header();
+            // A class held at its cap when sampled, held back by the gate
+            // now (its holder ended, and the place went to another class),
+            // nobody of it admitted since: what it is due is an owed place.
+            let owed = class.is_some_and(|k| h.class_held(k) && !h.held_at_cap(k) && h.scope_watch(class).1 == seen);
+            let admitted = (0..batch)
                 .map_while(|_| {
                     if !l.gate.header().batch_still_due(class, seen) {
                         return None;
                     }
                     l.gate.progress_admit(class, now, wake).map(|i| (i, l.gate.slot(i).pid))
                 })
-                .collect()
+                .collect();
+            (admitted, owed)
         });
+        if owed {
+            owe(scope, now, timeout_us);
+        }
         // Every admitted session is woken before the first log line: a log
         // call serves interrupts, and a cancel there must not leave the rest
         // of the batch admitted and asleep.
